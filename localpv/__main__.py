@@ -1,0 +1,5 @@
+"""Allow `python -m localpv`."""
+
+from localpv.cli import main
+
+main()
