@@ -1,0 +1,624 @@
+"""The provisioner configuration: upstream's ConfigMap format, read strictly.
+
+A ConfigMap is mounted as a directory with one file per key (plus Kubernetes'
+``..data`` symlink and timestamped dot-directories, which are skipped). Each value is
+YAML 1.1, so ``yes``/``on`` are booleans exactly as upstream's ``sigs.k8s.io/yaml``
+reads them. A single YAML file works too: either a plain mapping of keys, or a whole
+ConfigMap manifest (its ``data`` is used).
+
+Design choices:
+
+* Every load builds fresh, immutable objects; a reload can never keep a removed class
+  alive (upstream's reload re-used its maps: research §1.9).
+* All problems are collected and reported together, each naming the key path, what was
+  expected and what was found. Unknown keys are warnings (typos are the common failure),
+  with a "did you mean" hint.
+* The keys are declared in one table (:data:`TOP_LEVEL_KEYS`, :data:`CLASS_KEYS`) that
+  also generates the configuration reference, so documentation cannot drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from localpv.glob import BadPatternError, NamePattern
+
+DEFAULT_CONFIG_DIR = "/etc/provisioner/config"
+DEFAULT_BLOCK_CLEANER = ("/scripts/quick_reset.sh",)
+VOLUME_MODES = ("Filesystem", "Block")
+ACCESS_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+class ConfigError(Exception):
+    """The configuration is unusable. ``problems`` lists every finding, one per line."""
+
+    def __init__(self, problems: list[str], warnings: tuple[str, ...] = ()) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+        #: Unknown keys seen while failing; often the cause (``mountdir`` for ``mountDir``).
+        self.warnings = warnings
+
+
+@dataclass(frozen=True)
+class ClassConfig:
+    """One ``storageClassMap`` entry: where to discover volumes for one StorageClass."""
+
+    name: str
+    host_dir: str
+    mount_dir: str
+    block_cleaner_command: tuple[str, ...] = DEFAULT_BLOCK_CLEANER
+    volume_mode: str = "Filesystem"
+    access_mode: str = "ReadWriteOnce"
+    fs_type: str | None = None
+    name_pattern: NamePattern = field(default_factory=lambda: NamePattern("*"))
+    selector: tuple[Mapping[str, Any], ...] = ()
+
+    def container_path(self, host_path: str) -> str | None:
+        """Map a PV's host path (``hostDir/entry``) to the path inside this container.
+
+        Returns None when the path is not directly inside ``hostDir``: such a PV was
+        not made from this class's discovery dir and must not be cleaned through it.
+        """
+        host_dir = self.host_dir.rstrip("/") or "/"
+        parent, _, entry = host_path.rstrip("/").rpartition("/")
+        if (parent or "/") != host_dir or not entry or entry in (".", ".."):
+            return None
+        return os.path.join(self.mount_dir, entry)
+
+
+@dataclass(frozen=True)
+class ProvisionerConfig:
+    """The whole agent configuration (ConfigMap keys), immutable."""
+
+    classes: Mapping[str, ClassConfig] = field(default_factory=dict)
+    node_labels_for_pv: tuple[str, ...] = ()
+    labels_for_pv: Mapping[str, str] = field(default_factory=dict)
+    use_alpha_api: bool = False
+    use_job_for_cleaning: bool = False
+    job_tolerations: tuple[Mapping[str, Any], ...] = ()
+    min_resync_period: float = 300.0
+    use_node_name_only: bool = False
+    set_pv_owner_ref: bool = False
+    remove_node_not_ready_taint: bool = False
+    provisioner_not_ready_node_taint_key: str = ""
+    clean_before_first_discovery: bool = False
+    cleanup_workers: int = 4
+    cleanup_timeout: float = 6 * 3600.0
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A parsed configuration plus the warnings found while reading it."""
+
+    config: ProvisionerConfig
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RuntimeEnv:
+    """Process environment upstream's DaemonSet sets through the downward API."""
+
+    node_name: str | None
+    namespace: str
+    job_image: str | None
+    kubeconfig: str | None
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> RuntimeEnv:
+        return cls(
+            node_name=environ.get("MY_NODE_NAME") or None,
+            namespace=environ.get("MY_NAMESPACE") or "default",
+            job_image=environ.get("JOB_CONTAINER_IMAGE") or None,
+            kubeconfig=environ.get("KUBECONFIG") or None,
+        )
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _Problems:
+    """Collects errors and warnings with their key paths."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append(f"{path}: {message}")
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, int | float):
+        return f"number {value}"
+    if isinstance(value, list):
+        return f"a list of {len(value)} items"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+_YAML11_BOOLS = {
+    "y": True, "yes": True, "true": True, "on": True,
+    "n": False, "no": False, "false": False, "off": False,
+}
+
+
+def _as_bool(value: Any, path: str, problems: _Problems) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _YAML11_BOOLS:
+        return _YAML11_BOOLS[value.strip().lower()]
+    problems.error(path, f"expected a boolean (true/false, yes/no), got {_describe(value)}")
+    return None
+
+
+def _as_str(value: Any, path: str, problems: _Problems, *, allow_empty: bool = False) -> str | None:
+    if isinstance(value, str) and (allow_empty or value.strip()):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    expected = "a string" if allow_empty else "a non-empty string"
+    problems.error(path, f"expected {expected}, got {_describe(value)}")
+    return None
+
+
+def _as_str_list(value: Any, path: str, problems: _Problems) -> tuple[str, ...] | None:
+    if not isinstance(value, list):
+        problems.error(path, f"expected a list of strings, got {_describe(value)}")
+        return None
+    out: list[str] = []
+    for i, item in enumerate(value):
+        text = _as_str(item, f"{path}[{i}]", problems)
+        if text is not None:
+            out.append(text)
+    return tuple(out) if len(out) == len(value) else None
+
+
+def _as_str_map(value: Any, path: str, problems: _Problems) -> dict[str, str] | None:
+    if not isinstance(value, dict):
+        problems.error(path, f"expected a mapping of strings, got {_describe(value)}")
+        return None
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        text = _as_str(item, f"{path}.{key}", problems, allow_empty=True)
+        if text is not None:
+            out[str(key)] = text
+    return out if len(out) == len(value) else None
+
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_go_duration(text: str) -> float:
+    """Parse a Go ``time.Duration`` string (``5m0s``, ``1h30m``, ``250ms``) into seconds."""
+    s = text.strip()
+    sign = 1.0
+    if s and s[0] in "+-":
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for match in _DURATION_RE.finditer(s):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if not s or pos != len(s):
+        raise ValueError(f'invalid duration "{text}" (examples: "5m0s", "1h30m", "90s")')
+    return sign * total
+
+
+def format_go_duration(seconds: float) -> str:
+    """Inverse of :func:`parse_go_duration` for whole seconds (``300`` → ``5m0s``)."""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def _as_duration(value: Any, path: str, problems: _Problems) -> float | None:
+    text = _as_str(value, path, problems)
+    if text is None:
+        return None
+    try:
+        seconds = parse_go_duration(text)
+    except ValueError as err:
+        problems.error(path, str(err))
+        return None
+    if seconds <= 0:
+        problems.error(path, f'expected a positive duration, got "{text}"')
+        return None
+    return seconds
+
+
+def _as_positive_int(value: Any, path: str, problems: _Problems) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    problems.error(path, f"expected a positive integer, got {_describe(value)}")
+    return None
+
+
+def _check_keys(
+    mapping: Mapping[str, Any], known: Mapping[str, Any], path: str, problems: _Problems
+) -> None:
+    for key in mapping:
+        if key in known:
+            continue
+        where = f"{path}.{key}" if path else str(key)
+        hint = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
+        if not hint:
+            lowered = {k.lower(): k for k in known}
+            hint = [lowered[str(key).lower()]] if str(key).lower() in lowered else []
+        suffix = f' (did you mean "{hint[0]}"?)' if hint else ""
+        problems.warnings.append(f"{where}: unknown key, ignored{suffix}")
+
+
+def _parse_selector(value: Any, path: str, problems: _Problems) -> tuple[Mapping[str, Any], ...] | None:
+    """``selector``: a list of NodeSelectorTerms appended (ORed) to the PV's affinity."""
+    if not isinstance(value, list):
+        problems.error(path, f"expected a list of node selector terms, got {_describe(value)}")
+        return None
+    before = len(problems.errors)
+    for i, term in enumerate(value):
+        term_path = f"{path}[{i}]"
+        if not isinstance(term, dict):
+            problems.error(term_path, f"expected a node selector term, got {_describe(term)}")
+            continue
+        _check_keys(term, {"matchExpressions": 1, "matchFields": 1}, term_path, problems)
+        if not term.get("matchExpressions") and not term.get("matchFields"):
+            problems.error(term_path, "expected matchExpressions or matchFields, got neither")
+        for part in ("matchExpressions", "matchFields"):
+            for j, expr in enumerate(term.get(part) or []):
+                _check_requirement(expr, f"{term_path}.{part}[{j}]", problems)
+    return tuple(value) if len(problems.errors) == before else None
+
+
+def _check_requirement(expr: Any, path: str, problems: _Problems) -> None:
+    if not isinstance(expr, dict):
+        problems.error(path, f"expected a requirement (key, operator, values), got {_describe(expr)}")
+        return
+    if not isinstance(expr.get("key"), str) or not expr["key"]:
+        problems.error(f"{path}.key", f"expected a non-empty string, got {_describe(expr.get('key'))}")
+    operator = expr.get("operator")
+    if operator not in SELECTOR_OPERATORS:
+        problems.error(
+            f"{path}.operator",
+            f"expected one of {', '.join(SELECTOR_OPERATORS)}, got {_describe(operator)}",
+        )
+        return
+    values = expr.get("values") or []
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        problems.error(f"{path}.values", f"expected a list of strings, got {_describe(values)}")
+    elif operator in ("In", "NotIn") and not values:
+        problems.error(f"{path}.values", f"operator {operator} needs at least one value")
+    elif operator in ("Exists", "DoesNotExist") and values:
+        problems.error(f"{path}.values", f"operator {operator} takes no values")
+    elif operator in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+        problems.error(f"{path}.values", f"operator {operator} needs exactly one integer value")
+
+
+def _parse_tolerations(value: Any, path: str, problems: _Problems) -> tuple[Mapping[str, Any], ...] | None:
+    if not isinstance(value, list):
+        problems.error(path, f"expected a list of tolerations, got {_describe(value)}")
+        return None
+    before = len(problems.errors)
+    known = {"key": 1, "operator": 1, "value": 1, "effect": 1, "tolerationSeconds": 1}
+    for i, tol in enumerate(value):
+        tol_path = f"{path}[{i}]"
+        if not isinstance(tol, dict):
+            problems.error(tol_path, f"expected a toleration, got {_describe(tol)}")
+            continue
+        _check_keys(tol, known, tol_path, problems)
+        operator = tol.get("operator", "Equal")
+        if operator not in TOLERATION_OPERATORS:
+            problems.error(f"{tol_path}.operator", f'expected "Exists" or "Equal", got {_describe(operator)}')
+        effect = tol.get("effect")
+        if effect not in (None, "", *TAINT_EFFECTS):
+            problems.error(f"{tol_path}.effect", f"expected one of {', '.join(TAINT_EFFECTS)}, got {_describe(effect)}")
+    return tuple(value) if len(problems.errors) == before else None
+
+
+# One row per ConfigMap key: (dataclass field, parser, documentation). The order is the
+# order of the generated reference.
+_Parser = Callable[[Any, str, _Problems], Any]
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """How one configuration key is read and documented."""
+
+    field: str
+    parse: _Parser
+    doc: str
+    upstream: bool = True
+
+
+def _parse_class_map(value: Any, path: str, problems: _Problems) -> dict[str, ClassConfig] | None:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.error(path, f"expected a mapping of storage class name to settings, got {_describe(value)}")
+        return None
+    classes: dict[str, ClassConfig] = {}
+    for name, entry in value.items():
+        parsed = _parse_class(str(name), entry, f"{path}.{name}", problems)
+        if parsed is not None:
+            classes[str(name)] = parsed
+    return classes if len(classes) == len(value) else None
+
+
+def _parse_volume_mode(value: Any, path: str, problems: _Problems) -> str | None:
+    if value in VOLUME_MODES:
+        return str(value)
+    problems.error(path, f'expected "Filesystem" or "Block", got {_describe(value)}')
+    return None
+
+
+def _parse_access_mode(value: Any, path: str, problems: _Problems) -> str | None:
+    if value in ACCESS_MODES:
+        return str(value)
+    problems.error(path, f"expected one of {', '.join(ACCESS_MODES)}, got {_describe(value)}")
+    return None
+
+
+def _parse_cleaner(value: Any, path: str, problems: _Problems) -> tuple[str, ...] | None:
+    argv = _as_str_list(value, path, problems)
+    if argv is not None and not argv:
+        problems.error(path, "expected a command (a non-empty list), got an empty list")
+        return None
+    return argv
+
+
+def _parse_name_pattern(value: Any, path: str, problems: _Problems) -> NamePattern | None:
+    text = _as_str(value, path, problems)
+    if text is None:
+        return None
+    try:
+        return NamePattern(text)
+    except BadPatternError as err:
+        problems.error(path, f"invalid glob: {err}")
+        return None
+
+
+def _parse_abs_path(value: Any, path: str, problems: _Problems) -> str | None:
+    text = _as_str(value, path, problems)
+    if text is None:
+        return None
+    if not text.startswith("/"):
+        problems.error(path, f'expected an absolute path, got "{text}"')
+        return None
+    if text.rstrip("/") == "":
+        problems.error(path, 'expected a dedicated discovery directory, got "/"')
+        return None
+    return os.path.normpath(text)
+
+
+CLASS_KEYS: dict[str, KeySpec] = {
+    "hostDir": KeySpec("host_dir", _parse_abs_path,
+                       "Discovery directory on the host. Required. PV `local.path` = hostDir/<entry>."),
+    "mountDir": KeySpec("mount_dir", _parse_abs_path,
+                        "Where hostDir is mounted inside the agent container. Required (the Helm chart "
+                        "defaults it to hostDir)."),
+    "blockCleanerCommand": KeySpec("block_cleaner_command", _parse_cleaner,
+                                   "Command (argv list) that wipes a block volume; gets LOCAL_PV_BLKDEVICE. "
+                                   "Default `[\"/scripts/quick_reset.sh\"]`. An empty list is an error."),
+    "volumeMode": KeySpec("volume_mode", _parse_volume_mode,
+                          "`Filesystem` (default) or `Block`, exact case."),
+    "accessMode": KeySpec("access_mode", _parse_access_mode,
+                          "Access mode of created PVs. Default `ReadWriteOnce`."),
+    "fsType": KeySpec("fs_type", _as_str,
+                      "`local.fsType` of created PVs (for filesystem-on-block volumes)."),
+    "namePattern": KeySpec("name_pattern", _parse_name_pattern,
+                           "Comma-separated Go globs on entry names. Default `*`."),
+    "selector": KeySpec("selector", _parse_selector,
+                        "Extra NodeSelectorTerms ORed into PV node affinity (shared disks)."),
+}
+
+
+def _parse_class(name: str, entry: Any, path: str, problems: _Problems) -> ClassConfig | None:
+    if not isinstance(entry, dict):
+        problems.error(path, f"expected a mapping with hostDir and mountDir, got {_describe(entry)}")
+        return None
+    _check_keys(entry, CLASS_KEYS, path, problems)
+    before = len(problems.errors)
+    values: dict[str, Any] = {}
+    for key in ("hostDir", "mountDir"):
+        if key not in entry:
+            problems.error(f"{path}.{key}", "required, got nothing")
+    for key, spec in CLASS_KEYS.items():
+        if key in entry:
+            values[spec.field] = spec.parse(entry[key], f"{path}.{key}", problems)
+    if len(problems.errors) != before:
+        return None
+    return ClassConfig(name=name, **values)
+
+
+TOP_LEVEL_KEYS: dict[str, KeySpec] = {
+    "storageClassMap": KeySpec("classes", _parse_class_map,
+                               "One entry per StorageClass name; see the class keys."),
+    "nodeLabelsForPV": KeySpec("node_labels_for_pv", _as_str_list,
+                               "Node label keys whose values are copied onto created PVs."),
+    "labelsForPV": KeySpec("labels_for_pv", _as_str_map,
+                           "Static labels added to created PVs (win over node labels)."),
+    "useAlphaAPI": KeySpec("use_alpha_api", _as_bool,
+                           "Put node affinity in the alpha annotation (pre-1.10 clusters)."),
+    "useJobForCleaning": KeySpec("use_job_for_cleaning", _as_bool,
+                                 "Clean volumes with a Kubernetes Job instead of in-process workers."),
+    "jobTolerations": KeySpec("job_tolerations", _parse_tolerations, "Tolerations of cleanup Job pods."),
+    "minResyncPeriod": KeySpec("min_resync_period", _as_duration,
+                               "Informer relist period, randomised in [min, 2*min). Default `5m0s`."),
+    "useNodeNameOnly": KeySpec("use_node_name_only", _as_bool,
+                               "provisioned-by without the Node UID (survives Node re-creation)."),
+    "setPVOwnerRef": KeySpec("set_pv_owner_ref", _as_bool,
+                             "PVs get an ownerReference to the Node (deleted with it, data untouched)."),
+    "removeNodeNotReadyTaint": KeySpec("remove_node_not_ready_taint", _as_bool,
+                                       "Remove the startup taint once discovery is ready."),
+    "provisionerNotReadyNodeTaintKey": KeySpec(
+        "provisioner_not_ready_node_taint_key",
+        lambda v, p, pr: _as_str(v, p, pr, allow_empty=True),
+        "Key of the startup taint to remove."),
+    "cleanBeforeFirstDiscovery": KeySpec("clean_before_first_discovery", _as_bool,
+                                         "Clean a never-seen volume before its first PV (upstream #143).",
+                                         upstream=False),
+    "cleanupWorkers": KeySpec("cleanup_workers", _as_positive_int,
+                              "Size of the in-process cleaning worker pool. Default 4.", upstream=False),
+    "cleanupTimeout": KeySpec("cleanup_timeout", _as_duration,
+                              "Per-volume cleaning timeout. Default `6h0m0s`.", upstream=False),
+}
+
+
+def parse_config(data: Mapping[str, Any]) -> LoadedConfig:
+    """Validate already-decoded key/value data and build a fresh :class:`ProvisionerConfig`."""
+    problems = _Problems()
+    _check_keys(data, TOP_LEVEL_KEYS, "", problems)
+    values: dict[str, Any] = {}
+    for key, spec in TOP_LEVEL_KEYS.items():
+        if key in data and data[key] is not None:
+            values[spec.field] = spec.parse(data[key], key, problems)
+    if problems.errors:
+        raise ConfigError(problems.errors, tuple(problems.warnings))
+    _check_shared_dirs(values.get("classes", {}), problems)
+    return LoadedConfig(ProvisionerConfig(**values), tuple(problems.warnings))
+
+
+def _check_shared_dirs(classes: Mapping[str, ClassConfig], problems: _Problems) -> None:
+    """Two classes sharing a hostDir is legal upstream but yields one PV per path only
+    because of the duplicate-path guard; say so, since it is usually a mistake."""
+    seen: dict[str, str] = {}
+    for name, cls in classes.items():
+        if cls.host_dir in seen:
+            problems.warnings.append(
+                f"storageClassMap.{name}.hostDir: same directory as class {seen[cls.host_dir]}; "
+                "each volume gets one PV only, from whichever class discovers it first"
+            )
+        else:
+            seen[cls.host_dir] = name
+
+
+def _load_yaml(text: str, path: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError([f"{path}: not valid YAML{where}: {problem}"]) from err
+
+
+def read_config_data(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read raw key/value data from a mounted ConfigMap directory or a YAML file."""
+    p = Path(path)
+    if p.is_dir():
+        data: dict[str, Any] = {}
+        for child in sorted(p.iterdir()):
+            # Kubernetes mounts keys as symlinks into a timestamped dot-directory.
+            if child.name.startswith(".") or child.is_dir():
+                continue
+            try:
+                text = child.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as err:
+                raise ConfigError([f"{child.name}: cannot read {child}: {err}"]) from err
+            data[child.name] = _load_yaml(text, child.name)
+        return data
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError([f"{p}: cannot read configuration: {err}"]) from err
+    doc = _load_yaml(text, str(p))
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError([f"{p}: expected a mapping of configuration keys, got {_describe(doc)}"])
+    if doc.get("kind") == "ConfigMap":
+        raw = doc.get("data") or {}
+        if not isinstance(raw, dict):
+            raise ConfigError([f"{p}: data: expected a mapping, got {_describe(raw)}"])
+        return {str(k): _load_yaml(str(v), str(k)) for k, v in raw.items()}
+    return doc
+
+
+def load_config(path: str | os.PathLike[str]) -> LoadedConfig:
+    """Read and validate a configuration directory or file; raise :class:`ConfigError`."""
+    return parse_config(read_config_data(path))
+
+
+# --------------------------------------------------------------------------- output
+
+
+def config_to_data(config: ProvisionerConfig) -> dict[str, Any]:
+    """The effective configuration in upstream's key names, defaults filled in."""
+    out: dict[str, Any] = {}
+    for key, spec in TOP_LEVEL_KEYS.items():
+        value = getattr(config, spec.field)
+        if key == "storageClassMap":
+            value = {name: _class_to_data(cls) for name, cls in value.items()}
+        elif key in ("minResyncPeriod", "cleanupTimeout"):
+            value = format_go_duration(value)
+        out[key] = _plain(value)
+    return out
+
+
+def _class_to_data(cls: ClassConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, spec in CLASS_KEYS.items():
+        value = getattr(cls, spec.field)
+        if isinstance(value, NamePattern):
+            value = value.spec
+        if value is None:
+            continue
+        out[key] = _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """Tuples and mappings to plain lists and dicts, for YAML/JSON output."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def reference_markdown() -> str:
+    """The configuration reference, generated from the key tables."""
+    defaults = config_to_data(ProvisionerConfig())
+    lines = ["| Key | Default | Meaning |", "|---|---|---|"]
+    for key, spec in TOP_LEVEL_KEYS.items():
+        mark = "" if spec.upstream else " (localpv)"
+        lines.append(f"| `{key}`{mark} | `{defaults[key]}` | {spec.doc} |")
+    lines += ["", "Per class (`storageClassMap.<name>.<key>`):", "",
+              "| Key | Default | Meaning |", "|---|---|---|"]
+    sample = _class_to_data(ClassConfig(name="x", host_dir="-", mount_dir="-"))
+    for key, spec in CLASS_KEYS.items():
+        default = "required" if key in ("hostDir", "mountDir") else f"`{sample.get(key, '')}`"
+        lines.append(f"| `{key}` | {default} | {spec.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+def replace(config: ProvisionerConfig, **changes: Any) -> ProvisionerConfig:
+    """A copy with changes (tests and the CLI's overrides)."""
+    return dataclasses.replace(config, **changes)

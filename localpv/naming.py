@@ -1,0 +1,135 @@
+"""Names, hashes and quantities that must match upstream byte for byte.
+
+Everything here is pure. PV names are cluster-global and deterministic so that a
+cleaned-and-deleted volume comes back under the same name, and so that a cluster can
+swap the upstream local-static-provisioner image for ours without PV churn
+(research/local-static.md §3.1, §3.5, §3.10).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+FNV32_OFFSET = 0x811C9DC5
+FNV32_PRIME = 0x01000193
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+PV_NAME_PREFIX = "local-pv-"
+PROVISIONER_NAME_PREFIX = "local-volume-provisioner"
+#: Our own label on every PV we create or adopt; the agent's informer selects on it.
+NODE_LABEL_KEY = "localpv.dev/node"
+HOSTNAME_LABEL_KEY = "kubernetes.io/hostname"
+PROVISIONED_BY_ANNOTATION = "pv.kubernetes.io/provisioned-by"
+ALPHA_AFFINITY_ANNOTATION = "volume.alpha.kubernetes.io/node-affinity"
+
+_LABEL_VALUE_MAX = 63
+_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def fnv1a_32(data: bytes) -> int:
+    """FNV-1a, 32 bit: the hash upstream uses for PV and Job volume names."""
+    h = FNV32_OFFSET
+    for byte in data:
+        h ^= byte
+        h = (h * FNV32_PRIME) & 0xFFFFFFFF
+    return h
+
+
+def pv_name(entry: str, node_name: str, class_name: str) -> str:
+    """Upstream's deterministic PV name: ``local-pv-`` + unpadded hex FNV-1a of the
+    entry's base name, the Node name and the class key, concatenated without separator."""
+    digest = fnv1a_32((entry + node_name + class_name).encode("utf-8"))
+    return f"{PV_NAME_PREFIX}{digest:x}"
+
+
+def job_volume_name(host_dir: str, mount_dir: str) -> str:
+    """Name of the hostPath volume in a cleanup Job (upstream ``mount-<fnv>``)."""
+    return f"mount-{fnv1a_32((host_dir + mount_dir).encode('utf-8')):x}"
+
+
+def cleanup_job_name(pv: str) -> str:
+    """One Job per PV, so creating it twice conflicts: natural mutual exclusion."""
+    return f"cleanup-{pv}"
+
+
+def provisioner_name(node_name: str, node_uid: str, *, use_node_name_only: bool) -> str:
+    """Value of ``pv.kubernetes.io/provisioned-by`` for PVs of this node."""
+    if use_node_name_only:
+        return f"{PROVISIONER_NAME_PREFIX}-{node_name}"
+    return f"{PROVISIONER_NAME_PREFIX}-{node_name}-{node_uid}"
+
+
+def node_label_value(node_name: str) -> str:
+    """Our node label value: the node name when it is a valid label value, else a hash.
+
+    Node names may be 253 characters long; label values only 63. A long name keeps a
+    readable prefix and gets a sha256 suffix, so two long names sharing a prefix differ.
+    """
+    if len(node_name) <= _LABEL_VALUE_MAX and _LABEL_VALUE_RE.match(node_name):
+        return node_name
+    digest = hashlib.sha256(node_name.encode("utf-8")).hexdigest()[:16]
+    prefix = re.sub(r"[^-A-Za-z0-9_.]", "", node_name)[:40].rstrip("-_.")
+    prefix = prefix.lstrip("-_.")
+    return f"{prefix}-{digest}" if prefix else f"h-{digest}"
+
+
+def round_capacity(size_bytes: int) -> int:
+    """Upstream's "pretty" round-down: whole GiB from 10 GiB, whole MiB from 10 MiB."""
+    if size_bytes // GiB >= 10:
+        return (size_bytes // GiB) * GiB
+    if size_bytes // MiB >= 10:
+        return (size_bytes // MiB) * MiB
+    return size_bytes
+
+
+_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def format_binary_quantity(value: int) -> str:
+    """Canonical BinarySI form of a byte count, as Kubernetes serialises it (10Gi, 12345)."""
+    if value < 0:
+        raise ValueError(f"negative quantity {value}")
+    exponent = 0
+    while value and value % 1024 == 0 and exponent < len(_BINARY_SUFFIXES) - 1:
+        value //= 1024
+        exponent += 1
+    return f"{value}{_BINARY_SUFFIXES[exponent]}"
+
+
+_QUANTITY_RE = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[a-zA-Z]*)$")
+_QUANTITY_FACTORS = {
+    "": 1, "Ki": KiB, "Mi": MiB, "Gi": GiB, "Ti": 1024 * GiB, "Pi": 1024**5, "Ei": 1024**6,
+    "n": 10**-9, "u": 10**-6, "m": 10**-3, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+    "P": 10**15, "E": 10**18,
+}
+
+
+def parse_quantity(text: str) -> int:
+    """Parse a Kubernetes quantity into whole units (bytes), rounding fractions up."""
+    match = _QUANTITY_RE.match(text.strip())
+    if not match:
+        raise ValueError(f"invalid quantity {text!r}")
+    number, suffix = match.groups()
+    if suffix[:1] in ("e", "E") and suffix[1:].lstrip("+-").isdigit():
+        factor: float = 10 ** int(suffix[1:])
+    elif suffix in _QUANTITY_FACTORS:
+        factor = _QUANTITY_FACTORS[suffix]
+    else:
+        raise ValueError(f"invalid quantity suffix in {text!r}")
+    from decimal import ROUND_CEILING, Decimal, InvalidOperation
+
+    try:
+        exact = Decimal(number) * Decimal(str(factor))
+    except InvalidOperation as err:
+        raise ValueError(f"invalid quantity {text!r}") from err
+    return int(exact.to_integral_value(rounding=ROUND_CEILING))
+
+
+def capacity_bucket(size_bytes: int) -> str:
+    """The ``capacity`` metric label: 500 GiB buckets, rounded up (0 → 0G, 1 B → 500G)."""
+    bucket = 500 * GiB
+    return f"{-(-size_bytes // bucket) * 500}G"

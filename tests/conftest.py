@@ -1,0 +1,36 @@
+"""Shared test helpers: root detection and waiting on conditions (never sleeping)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+IS_ROOT = os.geteuid() == 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if IS_ROOT:
+        return
+    skip = pytest.mark.skip(reason="needs root (real mounts and loop devices)")
+    for item in items:
+        if "root" in item.keywords:
+            item.add_marker(skip)
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01, what: str = "") -> T:
+    """Poll ``predicate`` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+        threading.Event().wait(interval)  # poll interval, not synchronisation

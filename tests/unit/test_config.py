@@ -1,0 +1,241 @@
+"""Configuration: upstream's ConfigMap format, strict and explanatory."""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from localpv.config import (
+    ClassConfig,
+    ConfigError,
+    ProvisionerConfig,
+    RuntimeEnv,
+    config_to_data,
+    load_config,
+    parse_config,
+    parse_go_duration,
+    reference_markdown,
+)
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def write_configmap_dir(root: Path, data: dict[str, str]) -> Path:
+    """Lay out a directory exactly as the kubelet mounts a ConfigMap volume."""
+    stamp = root / "..2026_11_21_10_00_00.123"
+    stamp.mkdir(parents=True)
+    for key, value in data.items():
+        (stamp / key).write_text(value)
+    (root / "..data").symlink_to(stamp.name)
+    for key in data:
+        (root / key).symlink_to(f"..data/{key}")
+    return root
+
+
+def test_mounted_configmap_directory_is_read(tmp_path: Path) -> None:
+    root = write_configmap_dir(
+        tmp_path / "cfg",
+        {
+            "storageClassMap": "fast:\n   hostDir: /mnt/fast\n   mountDir: /mnt/fast\n   volumeMode: Block\n",
+            "useJobForCleaning": "yes",
+            "minResyncPeriod": "1h30m",
+        },
+    )
+    cfg = load_config(root).config
+    assert cfg.use_job_for_cleaning is True
+    assert cfg.min_resync_period == 5400
+    fast = cfg.classes["fast"]
+    assert (fast.host_dir, fast.mount_dir, fast.volume_mode) == ("/mnt/fast", "/mnt/fast", "Block")
+
+
+def test_class_defaults_match_upstream() -> None:
+    cfg = parse_config({"storageClassMap": {"sc": {"hostDir": "/a", "mountDir": "/b"}}}).config
+    cls = cfg.classes["sc"]
+    assert cls.block_cleaner_command == ("/scripts/quick_reset.sh",)
+    assert cls.volume_mode == "Filesystem"
+    assert cls.access_mode == "ReadWriteOnce"
+    assert cls.name_pattern.matches("anything")
+    assert cls.fs_type is None
+    assert cfg.min_resync_period == 300
+    assert cfg.use_node_name_only is False
+
+
+def test_empty_config_discovers_nothing() -> None:
+    assert parse_config({}).config.classes == {}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"storageClassMap": {"fast-disks": {"hostDir": "/a", "mountDir": "/a", "volumeMode": "block"}}},
+         'storageClassMap.fast-disks.volumeMode: expected "Filesystem" or "Block", got "block"'),
+        ({"storageClassMap": {"sc": {"hostDir": "/a"}}}, "storageClassMap.sc.mountDir: required, got nothing"),
+        ({"storageClassMap": {"sc": {"hostDir": "a", "mountDir": "/a"}}},
+         'storageClassMap.sc.hostDir: expected an absolute path, got "a"'),
+        ({"storageClassMap": {"sc": {"hostDir": "/a", "mountDir": "/a", "blockCleanerCommand": []}}},
+         "storageClassMap.sc.blockCleanerCommand: expected a command (a non-empty list), got an empty list"),
+        ({"storageClassMap": {"sc": {"hostDir": "/a", "mountDir": "/a", "namePattern": "sd[a"}}},
+         "storageClassMap.sc.namePattern: invalid glob"),
+        ({"storageClassMap": {"sc": {"hostDir": "/a", "mountDir": "/a", "accessMode": "RWO"}}},
+         'storageClassMap.sc.accessMode: expected one of ReadWriteOnce, ReadOnlyMany, ReadWriteMany, '
+         'ReadWriteOncePod, got "RWO"'),
+        ({"storageClassMap": {"sc": "oops"}}, 'storageClassMap.sc: expected a mapping with hostDir and mountDir'),
+        ({"storageClassMap": ["a"]}, "storageClassMap: expected a mapping of storage class name"),
+        ({"useJobForCleaning": "maybe"}, 'useJobForCleaning: expected a boolean (true/false, yes/no), got "maybe"'),
+        ({"minResyncPeriod": "5 minutes"}, 'minResyncPeriod: invalid duration "5 minutes"'),
+        ({"minResyncPeriod": "0s"}, 'minResyncPeriod: expected a positive duration, got "0s"'),
+        ({"labelsForPV": ["a"]}, "labelsForPV: expected a mapping of strings, got a list of 1 items"),
+        ({"nodeLabelsForPV": "zone"}, 'nodeLabelsForPV: expected a list of strings, got "zone"'),
+        ({"cleanupWorkers": 0}, "cleanupWorkers: expected a positive integer, got number 0"),
+        ({"jobTolerations": [{"operator": "Like"}]},
+         'jobTolerations[0].operator: expected "Exists" or "Equal", got "Like"'),
+        ({"storageClassMap": {"sc": {"hostDir": "/a", "mountDir": "/a",
+                                     "selector": [{"matchExpressions": [{"key": "k", "operator": "In"}]}]}}},
+         "storageClassMap.sc.selector[0].matchExpressions[0].values: operator In needs at least one value"),
+    ],
+)
+def test_errors_name_the_key_class_expectation_and_value(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert any(p.startswith(message) for p in err.value.problems), err.value.problems
+
+
+def test_all_problems_are_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"useAlphaAPI": 3, "storageClassMap": {"a": {"hostDir": "/x"}, "b": {"mountDir": "/y"}}})
+    assert len(err.value.problems) == 3
+
+
+def test_unknown_keys_warn_with_a_suggestion() -> None:
+    loaded = parse_config(
+        {"useJobForCleanin": True, "storageClassMap": {"sc": {"hostDir": "/a", "mountDir": "/a", "hostdir": "/b"}}}
+    )
+    assert 'useJobForCleanin: unknown key, ignored (did you mean "useJobForCleaning"?)' in loaded.warnings
+    assert 'storageClassMap.sc.hostdir: unknown key, ignored (did you mean "hostDir"?)' in loaded.warnings
+
+
+def test_typo_warnings_travel_with_errors() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"storageClassMap": {"sc": {"hostDir": "/a", "mountdir": "/a"}}})
+    assert any("mountdir" in w for w in err.value.warnings)
+
+
+@pytest.mark.parametrize(("text", "value"), [("yes", True), ("on", True), ("no", False), ("off", False),
+                                             ("true", True), ("False", False)])
+def test_yaml11_booleans_are_accepted(tmp_path: Path, text: str, value: bool) -> None:
+    (tmp_path / "setPVOwnerRef").write_text(text)
+    assert load_config(tmp_path).config.set_pv_owner_ref is value
+
+
+def test_quoted_yaml_booleans_in_a_file_are_accepted(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text('useNodeNameOnly: "true"\n')
+    assert load_config(f).config.use_node_name_only is True
+
+
+def test_each_load_builds_fresh_objects(tmp_path: Path) -> None:
+    f = tmp_path / "storageClassMap"
+    f.write_text("a:\n  hostDir: /a\n  mountDir: /a\nb:\n  hostDir: /b\n  mountDir: /b\n")
+    first = load_config(tmp_path).config
+    f.write_text("a:\n  hostDir: /a\n  mountDir: /a\n")
+    second = load_config(tmp_path).config
+    assert set(first.classes) == {"a", "b"}
+    assert set(second.classes) == {"a"}
+    assert first != second
+
+
+def test_configs_compare_by_value() -> None:
+    data = {"storageClassMap": {"a": {"hostDir": "/a", "mountDir": "/a", "namePattern": "x*"}}}
+    assert parse_config(data).config == parse_config(data).config
+
+
+def test_configmap_manifest_file_is_accepted() -> None:
+    cfg = load_config(EXAMPLES / "configmap-jobs.yaml").config
+    assert cfg.use_job_for_cleaning is True
+    assert cfg.set_pv_owner_ref is True
+    assert cfg.labels_for_pv == {"tier": "fast"}
+    assert cfg.job_tolerations[0]["key"] == "dedicated"
+    assert cfg.classes["nvme"].block_cleaner_command == ("/scripts/blkdiscard.sh",)
+
+
+def test_shipped_example_directory_is_valid() -> None:
+    loaded = load_config(EXAMPLES / "config")
+    assert loaded.warnings == ()
+    assert set(loaded.config.classes) == {"local-storage", "fast-disks"}
+
+
+def test_invalid_yaml_names_the_key_and_line(tmp_path: Path) -> None:
+    (tmp_path / "storageClassMap").write_text("a:\n  hostDir: [\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path)
+    assert err.value.problems[0].startswith("storageClassMap: not valid YAML (line")
+
+
+def test_shared_host_dir_warns() -> None:
+    loaded = parse_config({"storageClassMap": {"a": {"hostDir": "/d", "mountDir": "/d"},
+                                               "b": {"hostDir": "/d", "mountDir": "/d"}}})
+    assert any("same directory as class a" in w for w in loaded.warnings)
+
+
+def test_selector_terms_are_kept() -> None:
+    term = {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+    cfg = parse_config({"storageClassMap": {"a": {"hostDir": "/d", "mountDir": "/d", "selector": [term]}}}).config
+    assert cfg.classes["a"].selector == (term,)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("5m0s", 300), ("1h30m", 5400), ("250ms", 0.25), ("90s", 90),
+                                                ("1.5h", 5400), ("0", 0)])
+def test_go_durations(text: str, seconds: float) -> None:
+    assert parse_go_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["", "5", "5x", "m5", "5m 0s"])
+def test_bad_go_durations(bad: str) -> None:
+    with pytest.raises(ValueError):
+        parse_go_duration(bad)
+
+
+def test_effective_config_round_trips() -> None:
+    data = {"storageClassMap": {"a": {"hostDir": "/a", "mountDir": "/m", "volumeMode": "Block",
+                                      "namePattern": "sd*"}}, "useJobForCleaning": True}
+    first = parse_config(data).config
+    assert parse_config(config_to_data(first)).config == first
+
+
+def test_container_path_maps_only_direct_children() -> None:
+    cls = ClassConfig(name="a", host_dir="/mnt/disks", mount_dir="/discovery")
+    assert cls.container_path("/mnt/disks/vol1") == "/discovery/vol1"
+    assert cls.container_path("/mnt/disks/sub/vol1") is None
+    assert cls.container_path("/mnt/other/vol1") is None
+    assert cls.container_path("/mnt/disks/..") is None
+
+
+def test_runtime_env_defaults_like_upstream() -> None:
+    env = RuntimeEnv.from_environ({"MY_NODE_NAME": "n1"})
+    assert (env.node_name, env.namespace, env.job_image, env.kubeconfig) == ("n1", "default", None, None)
+
+
+def test_reference_lists_every_key() -> None:
+    text = reference_markdown()
+    for key in ("storageClassMap", "useJobForCleaning", "hostDir", "blockCleanerCommand", "cleanupWorkers"):
+        assert f"`{key}`" in text
+
+
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20))
+_value = st.recursive(_scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner,
+                                                                                          max_size=3), max_leaves=8)
+_keys = st.sampled_from(["storageClassMap", "useJobForCleaning", "labelsForPV", "minResyncPeriod", "jobTolerations",
+                         "nodeLabelsForPV", "selector", "bogus"])
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(_keys, _value, max_size=4))
+def test_arbitrary_input_gives_a_config_or_a_clear_error(data: dict[str, object]) -> None:
+    try:
+        result = parse_config(data)
+    except ConfigError as err:
+        assert err.problems
+        assert all(": " in p for p in err.problems)
+    else:
+        assert isinstance(result.config, ProvisionerConfig)
