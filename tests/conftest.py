@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
+
+if TYPE_CHECKING:
+    from localpv.kube.api import KubeApi
+    from localpv.testing.apiserver import ApiServer
 
 T = TypeVar("T")
 
@@ -34,3 +38,25 @@ def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float 
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
         threading.Event().wait(interval)  # poll interval, not synchronisation
+
+
+@pytest.fixture
+def apiserver() -> Iterator[ApiServer]:
+    """A fresh API-server emulator (binder on) on a loopback port."""
+    from localpv.testing.apiserver import ApiServer
+
+    srv = ApiServer(binder=True)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def kube(apiserver: ApiServer) -> KubeApi:
+    """The product's API seam, pointed at the emulator, with fast retries."""
+    from localpv.kube.api import KubeApi
+    from localpv.kube.errors import Backoff
+
+    return KubeApi(apiserver.api_client(), backoff=Backoff(initial=0.01, maximum=0.2, attempts=5))

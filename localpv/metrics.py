@@ -1,0 +1,111 @@
+"""Prometheus metrics, on registries we own (never the global default).
+
+Agent metrics keep upstream's names and labels (research/local-static.md §3.10) so
+existing dashboards keep working; what upstream lacks is added under ``localpv_``.
+Each process builds one registry; tests build their own, so nothing leaks between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from localpv.kube.errors import ApiError
+
+AGENT = "local_volume_provisioner"
+
+#: Cleanup durations run from seconds (rm of a few files) to hours (shred of a disk).
+CLEANUP_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, float("inf"))
+
+
+class ApiRequestMetrics:
+    """Request counters fed by :class:`localpv.kube.api.KubeApi`'s observer hook."""
+
+    def __init__(self, registry: CollectorRegistry, *, upstream_prefix: str | None = AGENT) -> None:
+        self.requests = Counter("localpv_api_requests", "API requests by verb, resource and outcome.",
+                                ["verb", "resource", "code"], registry=registry)
+        self.duration = Histogram("localpv_api_request_duration_seconds", "API request latency.",
+                                  ["verb", "resource"], registry=registry)
+        self._upstream: tuple[Counter, Counter, Histogram] | None = None
+        if upstream_prefix:
+            self._upstream = (
+                Counter(f"{upstream_prefix}_apiserver_requests", "PV create/delete requests (upstream metric).",
+                        ["method"], registry=registry),
+                Counter(f"{upstream_prefix}_apiserver_requests_failed", "Failed PV create/delete requests.",
+                        ["method"], registry=registry),
+                Histogram(f"{upstream_prefix}_apiserver_requests_duration_seconds", "PV create/delete latency.",
+                          ["method"], registry=registry),
+            )
+
+    def observe(self, verb: str, resource: str, seconds: float, error: ApiError | None) -> None:
+        code = "ok" if error is None else str(error.status or "transport")
+        self.requests.labels(verb, resource, code).inc()
+        self.duration.labels(verb, resource).observe(seconds)
+        if self._upstream and resource == "persistentvolumes" and verb in ("create", "delete"):
+            total, failed, duration = self._upstream
+            total.labels(verb).inc()
+            duration.labels(verb).observe(seconds)
+            if error is not None:
+                failed.labels(verb).inc()
+
+
+class _CallbackGauges(Collector):
+    """Gauges computed at scrape time (ProcTable stats, cache sizes)."""
+
+    def __init__(self, read: Callable[[], dict[str, float]], names: dict[str, str]) -> None:
+        self._read = read
+        self._names = names
+
+    def collect(self) -> Iterator[Any]:
+        values = self._read()
+        for key, help_text in self._names.items():
+            yield GaugeMetricFamily(key, help_text, value=values.get(key, 0.0))
+
+
+class AgentMetrics:
+    """Everything the node agent exports."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.capacity = Gauge(f"{AGENT}_persistentvolume_capacity_bytes",
+                              "Total capacity of discovered local volumes.", ["mode"], registry=r)
+        self.discovery = Counter(f"{AGENT}_persistentvolume_discovery", "PVs created by discovery.",
+                                 ["mode"], registry=r)
+        self.discovery_duration = Histogram(f"{AGENT}_persistentvolume_discovery_duration_seconds",
+                                            "Time from seeing a volume to its PV being created.", ["mode"],
+                                            registry=r)
+        self.delete = Counter(f"{AGENT}_persistentvolume_delete", "PVs deleted after cleaning.",
+                              ["mode", "type"], registry=r)
+        self.delete_failed = Counter(f"{AGENT}_persistentvolume_delete_failed", "Failed cleanups or deletions.",
+                                     ["mode", "type"], registry=r)
+        self.delete_duration = Histogram(f"{AGENT}_persistentvolume_delete_duration_seconds",
+                                         "Time from cleanup start to PV deletion.",
+                                         ["mode", "type", "capacity", "cleanup_command"],
+                                         buckets=CLEANUP_BUCKETS, registry=r)
+        self.api = ApiRequestMetrics(r)
+        self.config_reload_failures = Counter("localpv_config_reload_failures",
+                                              "Configuration reloads rejected (the last good one stays).",
+                                              registry=r)
+        self.config_last_reload_ok = Gauge("localpv_config_last_reload_success",
+                                           "1 if the newest configuration on disk is in use.", registry=r)
+        self.discovery_errors = Gauge("localpv_discovery_errors",
+                                      "Entries or classes that failed in the last discovery pass.", registry=r)
+        self.reconcile_duration = Histogram("localpv_reconcile_duration_seconds", "Duration of a reconcile pass.",
+                                            registry=r)
+        self.reconcile_triggers = Counter("localpv_reconcile_triggers", "What woke the reconcile loop.",
+                                          ["trigger"], registry=r)
+        self.cleanup_retries = Counter("localpv_cleanup_retries", "Cleanups that failed and were scheduled again.",
+                                       ["mode", "type"], registry=r)
+
+    def watch_proctable(self, stats: Callable[[], dict[str, float]]) -> None:
+        """Upstream's ProcTable gauges, read at scrape time."""
+        self.registry.register(_CallbackGauges(stats, {
+            f"{AGENT}_proctable_running": "Cleanups running now.",
+            f"{AGENT}_proctable_succeeded": "Cleanups that succeeded (cumulative).",
+            f"{AGENT}_proctable_failed": "Cleanups that failed (cumulative).",
+        }))
