@@ -78,14 +78,17 @@ class Mounter:
         self._targets: list[Path] = []
 
     def tmpfs(self, target: Path, size: int = 8 * MiB) -> Path:
-        target.mkdir(parents=True, exist_ok=True)
-        sh("mount", "-t", "tmpfs", "-o", f"size={size}", "localpv-test", target)
-        self._targets.append(target)
-        return target
+        return self._mount(target, "-t", "tmpfs", "-o", f"size={size}", "localpv-test")
 
     def bind(self, source: Path, target: Path) -> Path:
+        return self._mount(target, "--bind", str(source))
+
+    def device(self, device: str, target: Path) -> Path:
+        return self._mount(target, device)
+
+    def _mount(self, target: Path, *args: str) -> Path:
         target.mkdir(parents=True, exist_ok=True)
-        sh("mount", "--bind", source, target)
+        sh("mount", *args, target)
         self._targets.append(target)
         return target
 

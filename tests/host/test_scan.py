@@ -1,0 +1,94 @@
+"""scan_directory on real discovery directories: mounts, loop devices, and everything else."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from localpv.host.mounts import mount_points
+from localpv.host.scan import Entry, EntryKind, ScanError, scan_directory
+
+from .conftest import LoopDevices, MiB, Mounter
+
+
+def by_name(entries: list[Entry]) -> dict[str, Entry]:
+    return {e.name: e for e in entries}
+
+
+@pytest.mark.root
+def test_classifies_every_kind_of_entry(tmp_path: Path, mounter: Mounter, loops: LoopDevices) -> None:
+    disc = tmp_path / "disks"
+    disc.mkdir()
+    mp = mounter.tmpfs(disc / "mp", size=4 * MiB)
+    backing = mounter.tmpfs(tmp_path / "backing", size=2 * MiB)
+    (backing / "vol").mkdir()
+    bound = mounter.bind(backing / "vol", disc / "bound")
+    dev = loops.attach(size=3 * MiB)
+    (disc / "blk").symlink_to(dev.path)
+    (disc / "plain").mkdir()
+    (disc / "file").write_text("x")
+    os.mkfifo(disc / "fifo")
+    (disc / "dangling").symlink_to(tmp_path / "nowhere")
+    (disc / "chardev").symlink_to("/dev/null")
+
+    entries = scan_directory(str(disc), mount_points())
+
+    assert [e.name for e in entries] == sorted(os.listdir(disc))
+    got = by_name(entries)
+    assert got["mp"] == Entry("mp", str(mp), EntryKind.MOUNTPOINT, 4 * MiB, None, os.stat(mp).st_dev)
+    assert got["bound"] == Entry("bound", str(bound), EntryKind.MOUNTPOINT, 2 * MiB, None, os.stat(backing).st_dev)
+    assert got["blk"] == Entry("blk", str(disc / "blk"), EntryKind.BLOCK, 3 * MiB, None, os.stat(dev.path).st_rdev)
+    assert got["plain"].kind is EntryKind.DIRECTORY
+    assert got["plain"].reason == f'path "{disc}/plain" is not a valid mount point'
+    for name in ("file", "fifo", "chardev"):
+        assert got[name].kind is EntryKind.OTHER, name
+        assert got[name].reason and "neither a directory nor a block device" in got[name].reason
+    assert got["dangling"].kind is EntryKind.BROKEN
+    assert got["dangling"].reason and "No such file or directory" in got["dangling"].reason
+    for name in ("plain", "file", "fifo", "chardev", "dangling"):
+        assert (got[name].capacity, got[name].device) == (None, None), name
+
+
+@pytest.mark.root
+def test_mount_point_found_through_a_symlinked_discovery_dir(tmp_path: Path, mounter: Mounter) -> None:
+    real = tmp_path / "real"
+    mounter.tmpfs(real / "vol", size=1 * MiB)
+    (tmp_path / "alias").symlink_to(real)
+    (entry,) = scan_directory(str(tmp_path / "alias"), mount_points())
+    assert (entry.path, entry.kind, entry.capacity) == (str(tmp_path / "alias" / "vol"), EntryKind.MOUNTPOINT, MiB)
+
+
+def test_plain_directories_are_not_mount_points_without_the_table(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (entry,) = scan_directory(str(tmp_path), frozenset())
+    assert entry.kind is EntryKind.DIRECTORY
+
+
+def test_odd_names_do_not_break_the_scan(tmp_path: Path) -> None:
+    names = [" lead space", "new\nline", "tab\t", "ünïcødé 🚀", "x" * 255, "-dash", ".hidden", "back\\slash"]
+    for name in names:
+        (tmp_path / name).mkdir()
+    raw = os.fsdecode(b"latin1-\xe9")
+    (tmp_path / raw).write_text("x")
+    entries = scan_directory(str(tmp_path), frozenset())
+    assert [e.name for e in entries] == sorted([*names, raw])
+    assert {e.kind for e in entries if e.name != raw} == {EntryKind.DIRECTORY}
+    assert by_name(entries)[raw].kind is EntryKind.OTHER
+    assert all(e.path == os.path.join(tmp_path, e.name) for e in entries)
+
+
+def test_empty_directory(tmp_path: Path) -> None:
+    assert scan_directory(str(tmp_path), frozenset()) == []
+
+
+@pytest.mark.parametrize("make", ["missing", "file"])
+def test_unlistable_discovery_dir_raises_scan_error(tmp_path: Path, make: str) -> None:
+    path = tmp_path / "disks"
+    if make == "file":
+        path.write_text("x")
+    with pytest.raises(ScanError, match="disks") as exc:
+        scan_directory(str(path), frozenset())
+    assert exc.value.path == str(path)
+    assert isinstance(exc.value.error, OSError)
