@@ -1,0 +1,447 @@
+"""The node agent's decisions, as one pure function: inputs in, a plan out.
+
+``plan(world)`` looks at everything the agent knows - configuration, this node, the
+StorageClasses, a snapshot of every discovery directory, the label-filtered PV cache,
+the cleanup journal and the state of running cleanups - and returns what to do: PVs to
+create, cleanups to start, PVs to delete, journal changes, events, and the reasons for
+every entry it skipped. It never touches the OS or the API, so every rule below is
+tested directly with plain data.
+
+The rules, in order of precedence for each volume path:
+
+1. A path whose journal entry is not ``clean`` and that has no PV is never offered: it is
+   cleaned first (its PV vanished while it may hold data, or it is being cleaned now).
+2. Released + Delete PVs are cleaned; only a succeeded cleanup (journal ``clean``) lets
+   the PV be deleted, after which discovery offers the volume again under the same name.
+3. Discovery creates one PV per eligible entry, never two for one path (across classes),
+   never over a name that belongs to another node's PV (a hash collision).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from localpv.agent.journal import CLEAN, CLEANING, OFFERED, USED, JournalEntry
+from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo, VolumeSpec, build_pv
+from localpv.config import ClassConfig, ProvisionerConfig
+from localpv.host.scan import Entry, EntryKind
+from localpv.kube.events import NORMAL, WARNING
+from localpv.naming import parse_quantity, pv_name, round_capacity
+
+Obj = dict[str, Any]
+
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class CleanupStatus:
+    """What the cleanup tracker (threads or Jobs) knows about one volume."""
+
+    state: str
+    started: float
+    pv_uid: str | None = None
+    finished: float | None = None
+    retry_at: float | None = None
+    attempts: int = 1
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class World:
+    """Every input of one reconcile pass."""
+
+    config: ProvisionerConfig
+    node: NodeInfo
+    provisioner: str
+    storage_classes: Mapping[str, StorageClassInfo | None]
+    scans: Mapping[str, Sequence[Entry] | str]
+    pvs: Sequence[Obj]
+    journal: Mapping[str, JournalEntry]
+    cleanups: Mapping[str, CleanupStatus]
+    collisions: Mapping[str, str]
+    now: float
+
+
+@dataclass(frozen=True)
+class CreatePV:
+    pv: Obj
+    host_path: str
+    mode: str
+    capacity: int
+
+
+@dataclass(frozen=True)
+class StartCleanup:
+    """Clean ``container_path``; ``pv`` is None when the PV object is already gone."""
+
+    pv_name: str
+    host_path: str
+    container_path: str
+    cls: ClassConfig
+    block: bool
+    reason: str
+    pv: Obj | None = None
+    retry: bool = False
+
+
+@dataclass(frozen=True)
+class ConfirmOrphan:
+    """A journal entry whose PV is not in the cache: if a live GET confirms the PV is
+    gone, the volume must be cleaned before it is offered again. (The cache may simply
+    lag behind a PV we just created, so the plan does not decide this alone.)"""
+
+    pv_name: str
+    host_path: str
+    entry: JournalEntry
+
+
+@dataclass(frozen=True)
+class DeletePV:
+    pv: Obj
+    host_path: str
+    block: bool
+    cleanup: CleanupStatus
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    obj: Obj
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An entry that got no PV, and why. ``error`` entries make the agent not ready."""
+
+    path: str
+    cls: str
+    reason: str
+    error: bool
+
+
+@dataclass
+class Plan:
+    creates: list[CreatePV] = field(default_factory=list)
+    cleanups: list[StartCleanup] = field(default_factory=list)
+    deletes: list[DeletePV] = field(default_factory=list)
+    orphans: list[ConfirmOrphan] = field(default_factory=list)
+    forget_cleanups: list[str] = field(default_factory=list)
+    journal: dict[str, JournalEntry | None] = field(default_factory=dict)
+    events: list[EventSpec] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    capacity: dict[str, int] = field(default_factory=lambda: {"Filesystem": 0, "Block": 0})
+    class_errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> int:
+        return len(self.class_errors) + sum(1 for s in self.skipped if s.error)
+
+    @property
+    def ready(self) -> bool:
+        """Upstream's readiness: the discovery pass had no errors."""
+        return self.errors == 0
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def pv_meta(pv: Obj) -> Obj:
+    return pv.get("metadata") or {}
+
+
+def pv_host_path(pv: Obj) -> str | None:
+    local = (pv.get("spec") or {}).get("local") or {}
+    path = local.get("path")
+    return str(path).rstrip("/") if path else None
+
+
+def pv_phase(pv: Obj) -> str:
+    return str((pv.get("status") or {}).get("phase") or "")
+
+
+def pv_is_claimed(pv: Obj) -> bool:
+    """Bound, Released, or at least reserved for a claim: its volume may hold data."""
+    return bool((pv.get("spec") or {}).get("claimRef")) or pv_phase(pv) in ("Bound", "Released")
+
+
+def _node_event_target(node: NodeInfo) -> Obj:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "uid": node.uid}}
+
+
+def _classify_for(entry: Entry, cls: ClassConfig) -> tuple[str | None, str | None]:
+    """(volume mode of the PV, or None) and the skip reason (None when eligible)."""
+    if entry.kind is EntryKind.MOUNTPOINT:
+        if cls.volume_mode == "Block":
+            return None, f'path "{entry.path}" is a mounted filesystem but class {cls.name} wants Block volumes'
+        return "Filesystem", None
+    if entry.kind is EntryKind.BLOCK:
+        # A Filesystem class over a raw device is "filesystem on block": kubelet formats it.
+        return cls.volume_mode, None
+    if entry.kind is EntryKind.DIRECTORY:
+        return None, entry.reason or f'path "{entry.path}" is not a valid mount point'
+    return None, entry.reason or f'path "{entry.path}" is not a directory nor block device'
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def plan(world: World) -> Plan:
+    """Decide everything for one pass. Pure."""
+    out = Plan()
+    journal = dict(world.journal)
+    by_path: dict[str, Obj] = {}
+    for pv in world.pvs:
+        path = pv_host_path(pv)
+        if path is not None:
+            by_path.setdefault(path, pv)
+    _track_usage(world, journal, out)
+    _plan_deletions(world, journal, out)
+    _plan_orphans(world, journal, by_path, out)
+    _plan_discovery(world, journal, by_path, out)
+    return out
+
+
+def _set(journal: dict[str, JournalEntry], out: Plan, path: str, entry: JournalEntry | None) -> None:
+    if journal.get(path) == entry:
+        return
+    if entry is None:
+        journal.pop(path, None)
+    else:
+        journal[path] = entry
+    out.journal[path] = entry
+
+
+def _track_usage(world: World, journal: dict[str, JournalEntry], out: Plan) -> None:
+    """Record in the journal every PV that was ever claimed (its volume may hold data)."""
+    for pv in world.pvs:
+        path = pv_host_path(pv)
+        if path is None:
+            continue
+        meta = pv_meta(pv)
+        entry = journal.get(path)
+        cls = str((pv.get("spec") or {}).get("storageClassName") or "")
+        if entry is None:
+            state = USED if pv_is_claimed(pv) else OFFERED
+            _set(journal, out, path, JournalEntry(str(meta.get("name")), cls, state, world.now))
+        elif entry.state == OFFERED and pv_is_claimed(pv):
+            # (A "clean" entry with a PV is the cleaned PV awaiting deletion: keep it.)
+            _set(journal, out, path, entry.with_state(USED, world.now))
+
+
+def _find_entry(world: World, cls: ClassConfig, container_path: str) -> Entry | None:
+    scan = world.scans.get(cls.name)
+    if isinstance(scan, str) or scan is None:
+        return None
+    for entry in scan:
+        if entry.path == container_path:
+            return entry
+    return None
+
+
+def _plan_deletions(world: World, journal: dict[str, JournalEntry], out: Plan) -> None:
+    for pv in world.pvs:
+        meta = pv_meta(pv)
+        if pv_phase(pv) != "Released" or meta.get("deletionTimestamp"):
+            continue
+        policy = str((pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") or "")
+        if policy == "Retain":
+            continue
+        if policy == "Recycle":
+            out.events.append(EventSpec(pv, WARNING, "VolumeUnsupportedReclaimPolicy",
+                                        "Volume has unsupported PersistentVolumeReclaimPolicy: Recycle"))
+            continue
+        if policy != "Delete":
+            out.events.append(EventSpec(pv, WARNING, "VolumeUnknownReclaimPolicy",
+                                        f"Volume has unrecognized PersistentVolumeReclaimPolicy: {policy}"))
+            continue
+        _plan_release(world, journal, pv, out)
+
+
+def _plan_release(world: World, journal: dict[str, JournalEntry], pv: Obj, out: Plan) -> None:
+    """A Released+Delete PV: clean, then delete it once the journal says clean."""
+    name = str(pv_meta(pv).get("name"))
+    path = pv_host_path(pv)
+    cls_name = str((pv.get("spec") or {}).get("storageClassName") or "")
+    cls = world.config.classes.get(cls_name)
+    if path is None or cls is None:
+        why = "it is not a local volume" if path is None else f"Unknown storage class name {cls_name!r}"
+        out.events.append(EventSpec(pv, WARNING, "VolumeFailedDelete", f"Cannot clean volume: {why}"))
+        return
+    entry = journal.get(path) or JournalEntry(name, cls_name, USED, world.now)
+    if entry.state != CLEAN:
+        _set(journal, out, path, entry.with_state(CLEANING, world.now) if entry.state != CLEANING else entry)
+    status = world.cleanups.get(name)
+    uid = str(pv_meta(pv).get("uid") or "")
+    if status is not None and status.pv_uid not in (None, uid) and status.state != RUNNING:
+        # A finished cleanup of an earlier incarnation of this PV says nothing about this one.
+        out.forget_cleanups.append(name)
+        status = None
+    if entry.state == CLEAN and status is not None and status.state == SUCCEEDED:
+        out.deletes.append(DeletePV(pv, path, _is_block(world, cls, path), status))
+        return
+    if entry.state == CLEAN:
+        # Clean per the journal but the tracker forgot (agent restart after the clean,
+        # before the delete): deleting is safe, the volume was verified clean.
+        out.deletes.append(DeletePV(pv, path, _is_block(world, cls, path),
+                                    CleanupStatus(SUCCEEDED, entry.since, uid, entry.since)))
+        return
+    _plan_cleanup_step(world, journal, out, name, path, cls, pv, status)
+
+
+def _is_block(world: World, cls: ClassConfig, host_path: str) -> bool:
+    container = cls.container_path(host_path)
+    entry = _find_entry(world, cls, container) if container else None
+    return entry is not None and entry.kind is EntryKind.BLOCK
+
+
+def _plan_cleanup_step(
+    world: World,
+    journal: dict[str, JournalEntry],
+    out: Plan,
+    name: str,
+    path: str,
+    cls: ClassConfig,
+    pv: Obj | None,
+    status: CleanupStatus | None,
+) -> None:
+    """Advance the cleanup of one volume that is in state ``cleaning``."""
+    if status is not None and status.state == RUNNING:
+        return
+    if status is not None and status.state == SUCCEEDED:
+        entry = journal[path]
+        _set(journal, out, path, entry.with_state(CLEAN, world.now))
+        if pv is not None:
+            block = _is_block(world, cls, path)
+            out.deletes.append(DeletePV(pv, path, block, status))
+        else:
+            out.forget_cleanups.append(name)
+        return
+    if status is not None and status.state == FAILED and (status.retry_at or 0) > world.now:
+        return
+    container = cls.container_path(path)
+    volume = _find_entry(world, cls, container) if container else None
+    target = pv or _node_event_target(world.node)
+    if container is None or volume is None or volume.kind not in (EntryKind.MOUNTPOINT, EntryKind.BLOCK):
+        why = ("it is outside the class's hostDir" if container is None else
+               f'volume "{container}" was not found' if volume is None else
+               volume.reason or f'"{container}" is neither a mounted filesystem nor a block device')
+        out.events.append(EventSpec(target, WARNING, "VolumeFailedDelete",
+                                    f"Cannot clean volume {path}: {why}; it stays unavailable until it can be"))
+        return
+    block = volume.kind is EntryKind.BLOCK
+    reason = "released" if pv is not None else "its PV disappeared before the volume was cleaned"
+    if pv is not None and block:
+        out.events.append(EventSpec(pv, NORMAL, "VolumeDelete",
+                                    "Deleting volume, this may take a while" if status is None else
+                                    f"Retrying cleanup (attempt {status.attempts + 1}): {status.message}"))
+    out.cleanups.append(StartCleanup(name, path, container, cls, block, reason, pv, retry=status is not None))
+
+
+def _plan_orphans(
+    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], out: Plan
+) -> None:
+    """Journal entries without a PV: the volume may hold data nobody cleaned."""
+    for path, entry in sorted(journal.items()):
+        if path in by_path or entry.state == CLEAN:
+            continue
+        cls = world.config.classes.get(entry.cls)
+        if cls is None:
+            # The class was removed from the config: leave the record, do not offer it.
+            continue
+        if entry.state in (OFFERED, USED):
+            out.orphans.append(ConfirmOrphan(entry.pv, path, entry))
+            continue
+        _plan_cleanup_step(world, journal, out, entry.pv, path, cls, None, world.cleanups.get(entry.pv))
+
+
+def _plan_discovery(
+    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], out: Plan
+) -> None:
+    by_name = {str(pv_meta(pv).get("name")): pv for pv in world.pvs}
+    claimed: set[str] = set(by_path)
+    for cls_name in sorted(world.config.classes):
+        cls = world.config.classes[cls_name]
+        scan = world.scans.get(cls_name)
+        if isinstance(scan, str) or scan is None:
+            out.class_errors[cls_name] = scan or "not scanned"
+            continue
+        sc = world.storage_classes.get(cls_name)
+        if sc is None:
+            out.class_errors[cls_name] = f'StorageClass "{cls_name}" not found'
+            continue
+        if sc.reclaim_policy not in ("Delete", "Retain"):
+            out.class_errors[cls_name] = (f'StorageClass "{cls_name}" has reclaim policy {sc.reclaim_policy}; '
+                                          "only Delete and Retain are supported")
+            continue
+        for entry in scan:
+            if cls.name_pattern.matches(entry.name):
+                _discover_entry(world, journal, cls, sc, entry, by_name, claimed, out)
+
+
+def _discover_entry(
+    world: World,
+    journal: dict[str, JournalEntry],
+    cls: ClassConfig,
+    sc: StorageClassInfo,
+    entry: Entry,
+    by_name: Mapping[str, Obj],
+    claimed: set[str],
+    out: Plan,
+) -> None:
+    host_path = f"{cls.host_dir.rstrip('/')}/{entry.name}"
+    name = pv_name(entry.name, world.node.name, cls.name)
+    existing = by_name.get(name)
+    if existing is not None and pv_host_path(existing) == host_path:
+        _account_existing(existing, entry, out)
+        return
+    if host_path in claimed:
+        owner = next((p for p in world.pvs if pv_host_path(p) == host_path), None)
+        record = journal.get(host_path)
+        who = (f"PV {pv_meta(owner).get('name')}" if owner else
+               f"volume {record.pv} ({record.state})" if record else "another class in this pass")
+        out.skipped.append(Skipped(entry.path, cls.name, f"path {host_path} is already used by {who}", False))
+        return
+    if existing is not None or name in world.collisions:
+        other = world.collisions.get(name) or f"path {pv_host_path(existing or {})}"
+        out.skipped.append(Skipped(entry.path, cls.name,
+                                   f"PV name {name} already belongs to another volume ({other})", True))
+        return
+    mode, problem = _classify_for(entry, cls)
+    if mode is None or entry.capacity is None:
+        out.skipped.append(Skipped(entry.path, cls.name, problem or entry.reason or "capacity unknown", True))
+        return
+    record = journal.get(host_path)
+    if record is not None and record.state != CLEAN:
+        out.skipped.append(Skipped(entry.path, cls.name, f"waiting for cleanup ({record.state})", False))
+        claimed.add(host_path)
+        return
+    if record is None and world.config.clean_before_first_discovery:
+        _set(journal, out, host_path, JournalEntry(name, cls.name, CLEANING, world.now))
+        _plan_cleanup_step(world, journal, out, name, host_path, cls, None, world.cleanups.get(name))
+        out.skipped.append(Skipped(entry.path, cls.name, "cleaning before first discovery", False))
+        claimed.add(host_path)
+        return
+    claimed.add(host_path)
+    spec = VolumeSpec(name, host_path, entry.capacity, mode, cls)
+    pv = build_pv(spec, world.node, sc, world.config, world.provisioner)
+    _set(journal, out, host_path, JournalEntry(name, cls.name, OFFERED, world.now))
+    out.creates.append(CreatePV(pv, host_path, mode, entry.capacity))
+    out.capacity[mode] += round_capacity(entry.capacity)
+
+
+def _account_existing(pv: Obj, entry: Entry, out: Plan) -> None:
+    """An existing PV for this entry: count its capacity; flag a Block PV now a directory."""
+    mode = str((pv.get("spec") or {}).get("volumeMode") or "Filesystem")
+    if mode == "Block" and entry.kind is EntryKind.MOUNTPOINT:
+        out.events.append(EventSpec(pv, WARNING, "VolumeFailedDelete",
+                                    f"Block volume {pv_host_path(pv)} is now a mounted filesystem"))
+    storage = ((pv.get("spec") or {}).get("capacity") or {}).get("storage")
+    with contextlib.suppress(ValueError):
+        out.capacity[mode if mode in out.capacity else "Filesystem"] += parse_quantity(str(storage))
