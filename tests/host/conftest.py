@@ -87,7 +87,8 @@ class Mounter:
         return self._mount(target, device)
 
     def _mount(self, target: Path, *args: str) -> Path:
-        target.mkdir(parents=True, exist_ok=True)
+        if not target.exists():  # an existing file is a valid target for a file bind mount
+            target.mkdir(parents=True)
         sh("mount", *args, target)
         self._targets.append(target)
         return target
