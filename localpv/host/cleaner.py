@@ -1,0 +1,200 @@
+"""Running a block-volume cleaner command (``blockCleanerCommand``) with a deadline.
+
+Upstream execs the command with ``LOCAL_PV_BLKDEVICE`` set, logs its output line by line
+and waits forever. Here the command runs in its own session (so its whole process group
+can be killed: a script's ``shred`` or ``dd`` child must not keep writing to a disk that
+is about to be offered again), with a timeout and a cancel flag, and its output is
+streamed to a callback as it comes.
+
+One thread does everything with ``poll``: the output pipe and a pidfd (readable when the
+command exits, before it is reaped, so its process-group id cannot be recycled while we
+still signal it) are watched together. A cancel flag is a ``threading.Event``, which has
+no descriptor, so while one is given the poll wakes every ``CANCEL_CHECK_INTERVAL``
+seconds to look at it. Requires Linux 5.3+ (``pidfd_open``).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["CANCEL_CHECK_INTERVAL", "CleanerResult", "run_cleaner"]
+
+CANCEL_CHECK_INTERVAL = 0.1
+_READ_SIZE = 65536
+_MAX_LINE = 65536  # a command printing without newlines still reaches on_line in pieces
+_DRAIN_AFTER_EXIT = 2.0  # bound on reading output left in the pipe once the group is dead
+
+
+@dataclass(frozen=True)
+class CleanerResult:
+    """Outcome of one cleaner run.
+
+    ``exit_code`` is the command's status (negative: killed by that signal), or None if it
+    never started, in which case ``error`` says why. ``tail`` holds the last output lines,
+    for events and failure messages.
+    """
+
+    argv: tuple[str, ...]
+    exit_code: int | None
+    duration: float
+    timed_out: bool = False
+    cancelled: bool = False
+    tail: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """True only for a command that ran to completion and exited 0."""
+        return self.exit_code == 0 and not (self.timed_out or self.cancelled) and self.error is None
+
+
+def run_cleaner(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    timeout: float,
+    on_line: Callable[[str], None],
+    cancel: threading.Event | None = None,
+    kill_grace: float = 5.0,
+    tail_lines: int = 20,
+) -> CleanerResult:
+    """Run ``argv`` (no shell) with ``env`` merged over ``os.environ``; see the module docstring.
+
+    Combined stdout and stderr go to ``on_line`` one line at a time (without the newline).
+    On timeout or cancel the process group gets SIGTERM, then SIGKILL after ``kill_grace``
+    seconds. When the command exits, whatever it left running in its group is killed too.
+    A command that cannot be started gives a result with ``error`` set, not an exception.
+    """
+    started = time.monotonic()
+    if not argv:
+        return CleanerResult((), None, 0.0, error="empty cleaner command")
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as e:
+        return CleanerResult(
+            tuple(argv), None, time.monotonic() - started, error=f"cannot run {argv[0]!r}: {e.strerror}"
+        )
+    run = _Run(proc, on_line, collections.deque(maxlen=tail_lines))
+    try:
+        timed_out, cancelled = run.wait(started + timeout, cancel)
+        if timed_out or cancelled:
+            run.terminate(kill_grace)
+    finally:
+        run.finish()
+    return CleanerResult(
+        tuple(argv),
+        proc.returncode,
+        time.monotonic() - started,
+        timed_out=timed_out,
+        cancelled=cancelled,
+        tail=tuple(run.tail),
+    )
+
+
+class _Run:
+    """One started command: its pipe, pidfd, line splitting and group signalling."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], on_line: Callable[[str], None], tail: collections.deque[str]):
+        assert proc.stdout is not None
+        self.proc = proc
+        self.tail = tail
+        self._on_line = on_line
+        self._out = proc.stdout.fileno()
+        os.set_blocking(self._out, False)
+        self._out_open = True
+        self._pidfd = os.pidfd_open(proc.pid)
+        self._exited = False
+        self._partial = b""
+        self._poller = select.poll()
+        self._poller.register(self._out, select.POLLIN)
+        self._poller.register(self._pidfd, select.POLLIN)
+
+    def wait(self, deadline: float, cancel: threading.Event | None) -> tuple[bool, bool]:
+        """Stream output until the command exits; return (timed_out, cancelled)."""
+        while not self._exited:
+            if cancel is not None and cancel.is_set():
+                return False, True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return True, False
+            if cancel is not None:
+                remaining = min(remaining, CANCEL_CHECK_INTERVAL)
+            self._poll(remaining)
+        return False, False
+
+    def terminate(self, grace: float) -> None:
+        """SIGTERM the group, give the command ``grace`` seconds to exit, then SIGKILL (in finish)."""
+        self._signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while not self._exited and (remaining := deadline - time.monotonic()) > 0:
+            self._poll(remaining)
+
+    def finish(self) -> None:
+        """Kill what is left of the group, read the pipe to its end, reap, release descriptors."""
+        # The leader is not reaped yet, so its pid still names our group: no recycled-pgid risk.
+        self._signal_group(signal.SIGKILL)
+        try:
+            deadline = time.monotonic() + _DRAIN_AFTER_EXIT
+            while self._out_open and (remaining := deadline - time.monotonic()) > 0:
+                self._poll(remaining)
+            self._flush_partial()
+        finally:
+            self.proc.wait()
+            assert self.proc.stdout is not None
+            self.proc.stdout.close()
+            os.close(self._pidfd)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+
+    def _poll(self, timeout: float) -> None:
+        for fd, _mask in self._poller.poll(max(1, round(timeout * 1000))):
+            if fd == self._pidfd:
+                self._exited = True
+                self._poller.unregister(self._pidfd)
+            else:
+                self._read()
+
+    def _read(self) -> None:
+        try:
+            chunk = os.read(self._out, _READ_SIZE)
+        except BlockingIOError:
+            return
+        if not chunk:  # EOF: every writer (the command and its children) is gone
+            self._out_open = False
+            self._poller.unregister(self._out)
+            return
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        while len(self._partial) > _MAX_LINE:
+            lines.append(self._partial[:_MAX_LINE])
+            self._partial = self._partial[_MAX_LINE:]
+        for line in lines:
+            self._emit(line)
+
+    def _flush_partial(self) -> None:
+        if self._partial:
+            self._emit(self._partial)
+            self._partial = b""
+
+    def _emit(self, raw: bytes) -> None:
+        line = raw.decode(errors="replace")
+        self.tail.append(line)
+        self._on_line(line)
