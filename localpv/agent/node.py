@@ -1,0 +1,469 @@
+"""The node agent: wires the informers, host events, cleaners and the reconcile loop.
+
+One thread runs reconcile passes. A pass is triggered by a mount-table change, a block
+device uevent, a change in this node's PVs or StorageClasses, a finished cleanup, a
+configuration reload - or, as a safety net, ``discovery_period`` after the previous
+pass. Each pass snapshots the host, asks :func:`localpv.agent.reconcile.plan` what to do,
+writes the journal changes durably, then executes the API actions. All decisions live in
+the planner; this module only gathers inputs and carries out outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from localpv.agent.cleaning import block_cleaner, filesystem_cleaner
+from localpv.agent.journal import CLEANING, Journal
+from localpv.agent.proctable import ProcTable
+from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
+from localpv.agent.reconcile import (
+    ConfirmOrphan,
+    CreatePV,
+    DeletePV,
+    Plan,
+    StartCleanup,
+    World,
+    plan,
+    pv_host_path,
+)
+from localpv.clock import Clock, SystemClock
+from localpv.config import ConfigError, ProvisionerConfig, load_config
+from localpv.host.mounts import mount_points
+from localpv.host.scan import Entry, ScanError, scan_directory
+from localpv.kube.api import KubeApi, Obj
+from localpv.kube.errors import AlreadyExists, ApiError, Backoff, Conflict, NotFound, call_with_retries
+from localpv.kube.events import WARNING, EventRecorder
+from localpv.kube.informer import Informer
+from localpv.kube.resources import NODES, PERSISTENT_VOLUMES, STORAGE_CLASSES
+from localpv.metrics import AgentMetrics
+from localpv.naming import (
+    HOSTNAME_LABEL_KEY,
+    NODE_LABEL_KEY,
+    PROVISIONED_BY_ANNOTATION,
+    capacity_bucket,
+    node_label_value,
+    provisioner_name,
+)
+
+log = logging.getLogger(__name__)
+
+
+class AgentError(Exception):
+    """The agent cannot start (no Node, Node without hostname label, ...)."""
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    node_name: str
+    namespace: str = "default"
+    job_image: str | None = None
+    config_path: str | None = None
+    discovery_period: float = 10.0
+    config_sync_period: float = 5.0
+    watch_host: bool = True
+    adopt_upstream_pvs: bool = True
+
+
+class ConfigHolder:
+    """The configuration in use, reloaded from disk; a broken file keeps the last good one."""
+
+    def __init__(self, path: str | None, initial: ProvisionerConfig) -> None:
+        self.path = path
+        self.current = initial
+        self.last_error: str | None = None
+
+    def reload(self) -> bool | None:
+        """True if a new configuration was applied, False if unchanged, None if rejected."""
+        if self.path is None:
+            return False
+        try:
+            loaded = load_config(self.path)
+        except ConfigError as err:
+            message = "; ".join(err.problems)
+            if message != self.last_error:
+                log.error("configuration rejected, keeping the previous one: %s", message)
+            self.last_error = message
+            return None
+        self.last_error = None
+        if loaded.config == self.current:
+            return False
+        for warning in loaded.warnings:
+            log.warning("configuration: %s", warning)
+        self.current = loaded.config
+        return True
+
+
+class NodeAgent:
+    """Discovers local volumes on one node, publishes them as PVs, cleans released ones."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        options: AgentOptions,
+        config: ProvisionerConfig,
+        journal: Journal,
+        *,
+        metrics: AgentMetrics | None = None,
+        clock: Clock | None = None,
+        recorder: EventRecorder | None = None,
+        mount_table: Callable[[], frozenset[str]] = mount_points,
+        scanner: Callable[[str, frozenset[str]], list[Entry]] = scan_directory,
+    ) -> None:
+        self.api = api
+        self.options = options
+        self.config = ConfigHolder(options.config_path, config)
+        self.journal = journal
+        self.metrics = metrics or AgentMetrics()
+        self.clock = clock or SystemClock()
+        self.mount_table = mount_table
+        self.scanner = scanner
+        self._recorder = recorder
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._triggers: set[str] = set()
+        self._trigger_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._host_events: Any = None
+        self._first_seen: dict[str, float] = {}
+        self.collisions: dict[str, str] = {}
+        self.node: NodeInfo | None = None
+        self.provisioner = ""
+        self.last_plan: Plan | None = None
+        self.passes = 0
+        self.last_pass_at = 0.0
+        self.ready = False
+        self.procs = ProcTable(config.cleanup_workers, clock=self.clock, on_done=lambda _n: self.trigger("cleanup"))
+        self.metrics.watch_proctable(self.procs.stats)
+        self.pvs: Informer | None = None
+        self.classes: Informer | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def recorder(self) -> EventRecorder:
+        assert self._recorder is not None, "start() first"
+        return self._recorder
+
+    def start(self) -> None:
+        """Fetch the Node, adopt upstream PVs, start caches, watchers and the loop."""
+        node_obj = call_with_retries(
+            lambda: self.api.get(NODES, self.options.node_name),
+            Backoff(initial=1.0, maximum=5.0, attempts=5), clock=self.clock, stop=self._stop,
+        )
+        self.node = NodeInfo.from_object(node_obj)
+        if not self.node.uid or HOSTNAME_LABEL_KEY not in self.node.labels:
+            raise AgentError(f"Node {self.node.name} has no uid or no {HOSTNAME_LABEL_KEY} label")
+        config = self.config.current
+        self.provisioner = provisioner_name(self.node.name, self.node.uid,
+                                            use_node_name_only=config.use_node_name_only)
+        if self._recorder is None:
+            self._recorder = EventRecorder(self.api, component=self.provisioner, clock=self.clock)
+        self.recorder.start()
+        if self.options.adopt_upstream_pvs:
+            self.adopt_upstream_pvs()
+        selector = f"{NODE_LABEL_KEY}={node_label_value(self.node.name)}"
+        self.pvs = Informer(self.api, PERSISTENT_VOLUMES, label_selector=selector, clock=self.clock,
+                            on_change=lambda *_: self.trigger("pv"), name="pv-informer")
+        self.classes = Informer(self.api, STORAGE_CLASSES, clock=self.clock,
+                                on_change=lambda *_: self.trigger("storageclass"), name="sc-informer")
+        for informer in (self.pvs, self.classes):
+            informer.start()
+        for informer in (self.pvs, self.classes):
+            if not informer.wait_synced(60):
+                raise AgentError(f"{informer.name} did not sync within 60s")
+        if self.options.watch_host:
+            from localpv.agent.triggers import HostEventWatcher
+
+            self._host_events = HostEventWatcher(self.trigger)
+            self._host_events.start()
+        self._spawn(self._loop, "reconcile")
+        if self.options.config_path:
+            self._spawn(self._watch_config, "config-watch")
+        self.trigger("start")
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._host_events is not None:
+            self._host_events.stop()
+        for informer in (self.pvs, self.classes):
+            if informer is not None:
+                informer.stop()
+        for thread in self._threads:
+            thread.join(10)
+        self.procs.shutdown()
+        if self._recorder is not None:
+            self._recorder.flush(2)
+            self._recorder.stop()
+
+    def trigger(self, reason: str) -> None:
+        """Ask for a reconcile pass as soon as possible."""
+        with self._trigger_lock:
+            self._triggers.add(reason)
+        self._wake.set()
+
+    def healthy(self) -> tuple[bool, str]:
+        """Alive unless the loop has not completed a pass in several periods."""
+        if self.passes == 0:
+            return True, "starting"
+        stale = self.clock.monotonic() - self.last_pass_at
+        limit = max(60.0, 6 * self.options.discovery_period)
+        return (stale < limit, f"last pass {stale:.0f}s ago")
+
+    def readiness(self) -> tuple[bool, str]:
+        plan_ = self.last_plan
+        if plan_ is None:
+            return False, "discovererNotReady: no discovery pass yet"
+        if plan_.ready:
+            return True, "ok"
+        problems = [f"{k}: {v}" for k, v in plan_.class_errors.items()]
+        problems += [f"{s.path}: {s.reason}" for s in plan_.skipped if s.error]
+        return False, "discovererNotReady: " + "; ".join(problems[:5])
+
+    # ------------------------------------------------------------------ loops
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.clock.wait(self._wake, self.options.discovery_period)
+            if self._stop.is_set():
+                return
+            self._wake.clear()
+            with self._trigger_lock:
+                triggers, self._triggers = self._triggers or {"periodic"}, set()
+            for trigger in triggers:
+                self.metrics.reconcile_triggers.labels(trigger).inc()
+            try:
+                self.reconcile_once()
+            except Exception:  # a bug in one pass must not stop the agent; the next pass retries
+                log.exception("reconcile pass failed")
+
+    def _watch_config(self) -> None:
+        while not self.clock.wait(self._stop, self.options.config_sync_period):
+            self.reload_config()
+
+    def reload_config(self) -> bool | None:
+        result = self.config.reload()
+        if result is None:
+            self.metrics.config_reload_failures.inc()
+            self.metrics.config_last_reload_ok.set(0)
+            if self.node is not None and self._recorder is not None:
+                self.recorder.event(self._node_obj(), WARNING, "ConfigRejected",
+                                    f"new configuration rejected, previous one kept: {self.config.last_error}")
+        else:
+            self.metrics.config_last_reload_ok.set(1)
+            if result:
+                log.info("configuration reloaded")
+                self.trigger("config")
+        return result
+
+    def _node_obj(self) -> Obj:
+        assert self.node is not None
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node.name, "uid": self.node.uid}}
+
+    # ------------------------------------------------------------------ one pass
+
+    def gather(self) -> World:
+        """Snapshot every input of a pass."""
+        assert self.node is not None and self.pvs is not None and self.classes is not None
+        config = self.config.current
+        mounts = self.mount_table()
+        scans: dict[str, list[Entry] | str] = {}
+        for name, cls in config.classes.items():
+            try:
+                scans[name] = self.scanner(cls.mount_dir, mounts)
+            except ScanError as err:
+                scans[name] = str(err)
+        storage_classes: dict[str, StorageClassInfo | None] = {}
+        for name in config.classes:
+            sc = self.classes.get(name)
+            storage_classes[name] = StorageClassInfo.from_object(sc) if sc is not None else None
+        return World(
+            config=config, node=self.node, provisioner=self.provisioner, storage_classes=storage_classes,
+            scans=scans, pvs=self.pvs.list(), journal=self.journal.snapshot(), cleanups=self.procs.statuses(),
+            collisions=dict(self.collisions), now=self.clock.now(),
+        )
+
+    def reconcile_once(self) -> Plan:
+        started = time.monotonic()
+        world = self.gather()
+        result = plan(world)
+        self.journal.apply(result.journal)
+        self.execute(result, world.config)
+        self.last_plan = result
+        self.ready = result.ready
+        self.passes += 1
+        self.last_pass_at = self.clock.monotonic()
+        for mode, total in result.capacity.items():
+            self.metrics.capacity.labels(mode).set(total)
+        self.metrics.discovery_errors.set(result.errors)
+        self.metrics.reconcile_duration.observe(time.monotonic() - started)
+        return result
+
+    def execute(self, result: Plan, config: ProvisionerConfig) -> None:
+        for name in result.forget_cleanups:
+            self.procs.forget(name)
+        for orphan in result.orphans:
+            self._confirm_orphan(orphan)
+        for cleanup in result.cleanups:
+            self._start_cleanup(cleanup, config)
+        for delete in result.deletes:
+            self._delete(delete)
+        for create in result.creates:
+            self._create(create)
+        for event in result.events:
+            self.recorder.event(event.obj, event.type, event.reason, event.message)
+        for skip in result.skipped:
+            log.log(logging.WARNING if skip.error else logging.DEBUG, "skipped %s (class %s): %s",
+                    skip.path, skip.cls, skip.reason)
+
+    def _confirm_orphan(self, orphan: ConfirmOrphan) -> None:
+        try:
+            pv = self.api.get(PERSISTENT_VOLUMES, orphan.pv_name)
+        except NotFound:
+            log.warning("PV %s of %s disappeared before its volume was cleaned; cleaning it now",
+                        orphan.pv_name, orphan.host_path)
+            self.journal.apply({orphan.host_path: orphan.entry.with_state(CLEANING, self.clock.now())})
+            self.trigger("orphan")
+            return
+        except ApiError as err:
+            log.warning("cannot check PV %s: %s", orphan.pv_name, err)
+            return
+        if pv_host_path(pv) == orphan.host_path:
+            self._ensure_label(pv)  # ours but invisible to the label-filtered cache
+
+    def _start_cleanup(self, cleanup: StartCleanup, config: ProvisionerConfig) -> None:
+        uid = str(((cleanup.pv or {}).get("metadata") or {}).get("uid") or "") or None
+        if cleanup.block:
+            fn = block_cleaner(cleanup.container_path, cleanup.cls.block_cleaner_command,
+                               timeout=config.cleanup_timeout,
+                               on_line=lambda line: self.procs.set_progress(cleanup.pv_name, line))
+        else:
+            fn = filesystem_cleaner(cleanup.container_path, cleanup.cls.mount_dir)
+        if self.procs.start(cleanup.pv_name, fn, pv_uid=uid):
+            log.info("cleaning %s (%s, %s)", cleanup.host_path, "block" if cleanup.block else "filesystem",
+                     cleanup.reason)
+            if cleanup.retry:
+                self.metrics.cleanup_retries.labels("Block" if cleanup.block else "Filesystem", "process").inc()
+
+    def _delete(self, delete: DeletePV) -> None:
+        meta = delete.pv.get("metadata") or {}
+        name, uid = str(meta.get("name")), str(meta.get("uid") or "") or None
+        mode = "Block" if delete.block else "Filesystem"
+        try:
+            self.api.delete(PERSISTENT_VOLUMES, name, uid=uid)
+        except (NotFound, Conflict):
+            pass  # already gone, or a different PV now has this name: nothing of ours to delete
+        except ApiError as err:
+            self.metrics.delete_failed.labels(mode, "process").inc()
+            self.recorder.event(delete.pv, WARNING, "VolumeFailedDelete", f"Error deleting PV: {err}")
+            return
+        self.procs.forget(name)
+        cls = self.config.current.classes.get(str((delete.pv.get("spec") or {}).get("storageClassName")))
+        command = cls.block_cleaner_command[0] if cls else ""
+        capacity = self._pv_capacity(delete.pv)
+        self.metrics.delete.labels(mode, "process").inc()
+        self.metrics.delete_duration.labels(mode, "process", capacity_bucket(capacity), command).observe(
+            max(0.0, self.clock.now() - delete.cleanup.started))
+        log.info("deleted PV %s after cleaning %s", name, delete.host_path)
+
+    @staticmethod
+    def _pv_capacity(pv: Obj) -> int:
+        from localpv.naming import parse_quantity
+
+        try:
+            return parse_quantity(str(((pv.get("spec") or {}).get("capacity") or {}).get("storage")))
+        except ValueError:
+            return 0
+
+    def _create(self, create: CreatePV) -> None:
+        name = create.pv["metadata"]["name"]
+        first = self._first_seen.setdefault(create.host_path, self.clock.monotonic())
+        try:
+            self.api.create(PERSISTENT_VOLUMES, create.pv)
+        except AlreadyExists:
+            self._on_name_taken(create)
+            return
+        except ApiError as err:
+            log.warning("creating PV %s for %s failed: %s", name, create.host_path, err)
+            self.journal.apply({create.host_path: None})
+            return
+        self._first_seen.pop(create.host_path, None)
+        self.metrics.discovery.labels(create.mode).inc()
+        self.metrics.discovery_duration.labels(create.mode).observe(self.clock.monotonic() - first)
+        log.info("created PV %s for %s (%s, %d bytes)", name, create.host_path, create.mode, create.capacity)
+
+    def _on_name_taken(self, create: CreatePV) -> None:
+        """Our deterministic name exists: it is our own PV (cache lag, missing label) or a collision."""
+        name = create.pv["metadata"]["name"]
+        try:
+            other = self.api.get(PERSISTENT_VOLUMES, name)
+        except ApiError as err:
+            log.warning("PV %s exists but cannot be read: %s", name, err)
+            return
+        if pv_host_path(other) == create.host_path and self._same_node(other):
+            self._ensure_label(other)
+            return
+        where = f"{pv_host_path(other) or 'not a local volume'}"
+        labels = (other.get("metadata") or {}).get("labels") or {}
+        node = labels.get(NODE_LABEL_KEY) or labels.get(HOSTNAME_LABEL_KEY) or "another node"
+        description = f"{where} on {node}"
+        self.journal.apply({create.host_path: None})
+        if self.collisions.get(name) != description:
+            self.collisions[name] = description
+            self.recorder.event(self._node_obj(), WARNING, "PVNameCollision",
+                                f"PV name {name} for {create.host_path} is already used by PV {name} "
+                                f"({description}); volume skipped")
+
+    def _same_node(self, pv: Obj) -> bool:
+        assert self.node is not None
+        annotations = (pv.get("metadata") or {}).get("annotations") or {}
+        owner = str(annotations.get(PROVISIONED_BY_ANNOTATION) or "")
+        return owner == self.provisioner or owner.startswith(f"local-volume-provisioner-{self.node.name}-") or \
+            owner == f"local-volume-provisioner-{self.node.name}"
+
+    def _ensure_label(self, pv: Obj) -> None:
+        assert self.node is not None
+        value = node_label_value(self.node.name)
+        labels = (pv.get("metadata") or {}).get("labels") or {}
+        if labels.get(NODE_LABEL_KEY) == value:
+            return
+        name = str(pv["metadata"]["name"])
+        try:
+            self.api.patch(PERSISTENT_VOLUMES, name, {"metadata": {"labels": {NODE_LABEL_KEY: value}}})
+            log.info("adopted PV %s (added label %s=%s)", name, NODE_LABEL_KEY, value)
+        except ApiError as err:
+            log.warning("cannot label PV %s: %s", name, err)
+
+    # ------------------------------------------------------------------ adoption
+
+    def adopt_upstream_pvs(self) -> int:
+        """Label this node's PVs made by upstream (or by us before a label change), once.
+
+        Needs one unfiltered, paged list of PVs at start; afterwards everything goes
+        through the label-filtered cache.
+        """
+        assert self.node is not None
+        adopted = 0
+        try:
+            items, _ = self.api.list(PERSISTENT_VOLUMES)
+        except ApiError as err:
+            log.warning("cannot list PVs for adoption: %s", err)
+            return 0
+        for pv in items:
+            if self._same_node(pv) and (pv.get("spec") or {}).get("local"):
+                labels = (pv.get("metadata") or {}).get("labels") or {}
+                if labels.get(NODE_LABEL_KEY) != node_label_value(self.node.name):
+                    self._ensure_label(pv)
+                    adopted += 1
+        return adopted
+
