@@ -79,6 +79,47 @@ def config_reference() -> None:
     click.echo(reference_markdown(), nl=False)
 
 
+@cli.command()
+@click.option("--dry-run", is_flag=True, required=True, help="Only show what would be done (required).")
+@click.option("--config", "config_path", default="/etc/provisioner/config", show_default=True,
+              envvar="LOCALPV_CONFIG", type=click.Path(exists=True), help="ConfigMap directory or YAML file.")
+@click.option("--node", "node_name", envvar="MY_NODE_NAME", required=True, help="Node name (env MY_NODE_NAME).")
+@click.option("--output", "-o", type=click.Choice(["table", "yaml", "json"]), default="table", show_default=True)
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None,
+              help="Read the real Node, StorageClasses and PVs (read-only).")
+def discover(dry_run: bool, config_path: str, node_name: str, output: str, kubeconfig: str | None) -> None:
+    """Show the PVs the agent would create on this node, and why entries are skipped."""
+    import json
+
+    import yaml
+
+    from localpv.agent.dryrun import dry_run as run_dry
+    from localpv.agent.dryrun import render_table
+    from localpv.config import ConfigError, load_config
+
+    try:
+        config = load_config(config_path).config
+    except ConfigError as err:
+        for problem in err.problems:
+            click.echo(f"error: {problem}", err=True)
+        sys.exit(CONFIG_ERROR_EXIT)
+    api = None
+    if kubeconfig:
+        from localpv.kube.api import KubeApi
+        from localpv.kube.client import make_api_client
+
+        api = KubeApi(make_api_client(kubeconfig))
+    result = run_dry(config, node_name, api=api)
+    if output == "json":
+        click.echo(json.dumps(result.as_json(), indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(result.as_json(), sort_keys=False), nl=False)
+    else:
+        click.echo(render_table(result), nl=False)
+    for assumption in result.assumptions if output != "table" else ():
+        click.echo(f"note: {assumption}", err=True)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(obj={})
