@@ -120,6 +120,103 @@ def discover(dry_run: bool, config_path: str, node_name: str, output: str, kubec
         click.echo(f"note: {assumption}", err=True)
 
 
+def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    from localpv.config import parse_go_duration
+
+    try:
+        seconds = parse_go_duration(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from err
+    if seconds <= 0:
+        raise click.BadParameter("must be positive")
+    return seconds
+
+
+def _wait_for_signal() -> None:
+    """Block until SIGTERM or SIGINT (the kubelet stops pods with SIGTERM)."""
+    import signal
+    import threading
+
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+
+
+@cli.command()
+@click.option("--config", "config_path", default="/etc/provisioner/config", show_default=True,
+              envvar="LOCALPV_CONFIG", type=click.Path(), help="Mounted ConfigMap directory or YAML file.")
+@click.option("--node", "node_name", envvar="MY_NODE_NAME", required=True, help="This node (env MY_NODE_NAME).")
+@click.option("--namespace", envvar="MY_NAMESPACE", default="default", show_default=True,
+              help="Namespace for cleanup Jobs (env MY_NAMESPACE).")
+@click.option("--job-image", envvar="JOB_CONTAINER_IMAGE", default=None,
+              help="Cleanup Job image (env JOB_CONTAINER_IMAGE).")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Out-of-cluster kubeconfig (env KUBECONFIG).")
+@click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
+              help="Address for /metrics, /ready and /healthz.")
+@click.option("--metrics-path", default="/metrics", show_default=True)
+@click.option("--discovery-period", default="10s", show_default=True, callback=_duration,
+              help="Safety-net period between passes (events trigger passes at once).")
+@click.option("--config-sync-period", default="5s", show_default=True, callback=_duration,
+              help="How often the configuration is re-read.")
+@click.option("--state-dir", default="/var/lib/localpv", show_default=True, envvar="LOCALPV_STATE_DIR",
+              help="Host directory for the cleanup journal (must survive pod restarts).")
+@click.option("--host-events/--no-host-events", default=True, show_default=True,
+              help="React to mount and block-device events at once.")
+def agent(config_path: str, node_name: str, namespace: str, job_image: str | None, kubeconfig: str | None,
+          listen_address: str, metrics_path: str, discovery_period: float, config_sync_period: float,
+          state_dir: str, host_events: bool) -> None:
+    """Run the node agent (the DaemonSet entrypoint)."""
+    import logging
+    import os
+
+    from localpv.agent.journal import Journal, JournalError
+    from localpv.agent.node import AgentError, AgentOptions, NodeAgent
+    from localpv.config import ConfigError, load_config
+    from localpv.httpserver import StatusServer
+    from localpv.kube.api import KubeApi
+    from localpv.kube.client import ClientConfigError, make_api_client
+    from localpv.kube.errors import ApiError
+    from localpv.metrics import AgentMetrics
+
+    log = logging.getLogger("localpv.agent")
+    try:
+        loaded = load_config(config_path)
+    except ConfigError as err:
+        for problem in err.problems:
+            click.echo(f"error: {problem}", err=True)
+        sys.exit(CONFIG_ERROR_EXIT)
+    for warning in loaded.warnings:
+        log.warning("configuration: %s", warning)
+    try:
+        journal = Journal(os.path.join(state_dir, "journal.json"))
+        api_client = make_api_client(kubeconfig)
+    except (JournalError, ClientConfigError) as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(1)
+    metrics = AgentMetrics()
+    api = KubeApi(api_client, observer=metrics.api.observe)
+    options = AgentOptions(node_name=node_name, namespace=namespace, job_image=job_image, config_path=config_path,
+                           discovery_period=discovery_period, config_sync_period=config_sync_period,
+                           watch_host=host_events)
+    node_agent = NodeAgent(api, options, loaded.config, journal, metrics=metrics)
+    server = StatusServer(listen_address, metrics.registry, ready=node_agent.readiness, healthy=node_agent.healthy,
+                          metrics_path=metrics_path)
+    server.start()
+    try:
+        node_agent.start()
+    except (AgentError, ApiError) as err:
+        click.echo(f"error: {err}", err=True)
+        server.stop()
+        sys.exit(1)
+    log.info("agent running on node %s", node_name)
+    try:
+        _wait_for_signal()
+    finally:
+        node_agent.stop()
+        server.stop()
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(obj={})
