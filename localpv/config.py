@@ -87,6 +87,7 @@ class ProvisionerConfig:
     labels_for_pv: Mapping[str, str] = field(default_factory=dict)
     use_alpha_api: bool = False
     use_job_for_cleaning: bool = False
+    use_job_for_filesystem_cleaning: bool = False
     job_tolerations: tuple[Mapping[str, Any], ...] = ()
     min_resync_period: float = 300.0
     use_node_name_only: bool = False
@@ -96,6 +97,10 @@ class ProvisionerConfig:
     clean_before_first_discovery: bool = False
     cleanup_workers: int = 4
     cleanup_timeout: float = 6 * 3600.0
+
+    def cleans_by_job(self, block: bool) -> bool:
+        """Whether a volume is cleaned by a Job rather than in-process (upstream: block only)."""
+        return self.use_job_for_cleaning and (block or self.use_job_for_filesystem_cleaning)
 
 
 @dataclass(frozen=True)
@@ -467,7 +472,10 @@ TOP_LEVEL_KEYS: dict[str, KeySpec] = {
     "useAlphaAPI": KeySpec("use_alpha_api", _as_bool,
                            "Put node affinity in the alpha annotation (pre-1.10 clusters)."),
     "useJobForCleaning": KeySpec("use_job_for_cleaning", _as_bool,
-                                 "Clean volumes with a Kubernetes Job instead of in-process workers."),
+                                 "Clean block volumes with a Kubernetes Job instead of in-process workers."),
+    "useJobForFilesystemCleaning": KeySpec("use_job_for_filesystem_cleaning", _as_bool,
+                                           "With useJobForCleaning, clean Filesystem volumes by Job too "
+                                           "(upstream cleans them in-process only).", upstream=False),
     "jobTolerations": KeySpec("job_tolerations", _parse_tolerations, "Tolerations of cleanup Job pods."),
     "minResyncPeriod": KeySpec("min_resync_period", _as_duration,
                                "Informer relist period, randomised in [min, 2*min). Default `5m0s`."),

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from localpv.agent.cleaning import block_cleaner, filesystem_cleaner
+from localpv.agent.jobs import JobCleaner
 from localpv.agent.journal import CLEANING, Journal
 from localpv.agent.proctable import ProcTable
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
 from localpv.agent.reconcile import (
+    CleanupStatus,
     ConfirmOrphan,
     CreatePV,
     DeletePV,
@@ -46,6 +48,7 @@ from localpv.naming import (
     NODE_LABEL_KEY,
     PROVISIONED_BY_ANNOTATION,
     capacity_bucket,
+    cleanup_job_name,
     node_label_value,
     provisioner_name,
 )
@@ -141,6 +144,7 @@ class NodeAgent:
         self.metrics.watch_proctable(self.procs.stats)
         self.pvs: Informer | None = None
         self.classes: Informer | None = None
+        self.jobs: JobCleaner | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -171,9 +175,15 @@ class NodeAgent:
                             on_change=lambda *_: self.trigger("pv"), name="pv-informer")
         self.classes = Informer(self.api, STORAGE_CLASSES, clock=self.clock,
                                 on_change=lambda *_: self.trigger("storageclass"), name="sc-informer")
-        for informer in (self.pvs, self.classes):
+        # The Job informer runs whenever Job cleaning is on at start; turning it on later
+        # needs a restart (the DaemonSet rolls on config changes anyway).
+        if config.use_job_for_cleaning:
+            self.jobs = JobCleaner(self.api, node_name=self.node.name, namespace=self.options.namespace,
+                                   image=self.options.job_image, clock=self.clock)
+            self.jobs.informer.handlers.append(lambda *_: self.trigger("job"))
+        for informer in self._informers():
             informer.start()
-        for informer in (self.pvs, self.classes):
+        for informer in self._informers():
             if not informer.wait_synced(60):
                 raise AgentError(f"{informer.name} did not sync within 60s")
         if self.options.watch_host:
@@ -186,6 +196,10 @@ class NodeAgent:
             self._spawn(self._watch_config, "config-watch")
         self.trigger("start")
 
+    def _informers(self) -> list[Informer]:
+        found = [self.pvs, self.classes, self.jobs.informer if self.jobs else None]
+        return [i for i in found if i is not None]
+
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
@@ -196,9 +210,8 @@ class NodeAgent:
         self._wake.set()
         if self._host_events is not None:
             self._host_events.stop()
-        for informer in (self.pvs, self.classes):
-            if informer is not None:
-                informer.stop()
+        for informer in self._informers():
+            informer.stop()
         for thread in self._threads:
             thread.join(10)
         self.procs.shutdown()
@@ -289,9 +302,15 @@ class NodeAgent:
             storage_classes[name] = StorageClassInfo.from_object(sc) if sc is not None else None
         return World(
             config=config, node=self.node, provisioner=self.provisioner, storage_classes=storage_classes,
-            scans=scans, pvs=self.pvs.list(), journal=self.journal.snapshot(), cleanups=self.procs.statuses(),
+            scans=scans, pvs=self.pvs.list(), journal=self.journal.snapshot(), cleanups=self._cleanup_statuses(),
             collisions=dict(self.collisions), now=self.clock.now(),
         )
+
+    def _cleanup_statuses(self) -> dict[str, CleanupStatus]:
+        statuses = self.procs.statuses()
+        if self.jobs is not None:
+            statuses.update(self.jobs.statuses())
+        return statuses
 
     def reconcile_once(self) -> Plan:
         started = time.monotonic()
@@ -311,7 +330,7 @@ class NodeAgent:
 
     def execute(self, result: Plan, config: ProvisionerConfig) -> None:
         for name in result.forget_cleanups:
-            self.procs.forget(name)
+            self._forget(name)
         for orphan in result.orphans:
             self._confirm_orphan(orphan)
         for cleanup in result.cleanups:
@@ -341,7 +360,21 @@ class NodeAgent:
         if pv_host_path(pv) == orphan.host_path:
             self._ensure_label(pv)  # ours but invisible to the label-filtered cache
 
+    def _forget(self, name: str) -> None:
+        self.procs.forget(name)
+        if self.jobs is not None and self.jobs.informer.get(cleanup_job_name(name), self.options.namespace):
+            self.jobs.remove(name)
+
     def _start_cleanup(self, cleanup: StartCleanup, config: ProvisionerConfig) -> None:
+        mode = "Block" if cleanup.block else "Filesystem"
+        if self.jobs is not None and config.cleans_by_job(cleanup.block):
+            error = self.jobs.start_cleanup(cleanup, config)
+            if error is not None:
+                self.metrics.delete_failed.labels(mode, "job").inc()
+                self.recorder.event(cleanup.pv or self._node_obj(), WARNING, "VolumeFailedDelete", error)
+            elif cleanup.retry:
+                self.metrics.cleanup_retries.labels(mode, "job").inc()
+            return
         uid = str(((cleanup.pv or {}).get("metadata") or {}).get("uid") or "") or None
         if cleanup.block:
             fn = block_cleaner(cleanup.container_path, cleanup.cls.block_cleaner_command,
@@ -353,26 +386,30 @@ class NodeAgent:
             log.info("cleaning %s (%s, %s)", cleanup.host_path, "block" if cleanup.block else "filesystem",
                      cleanup.reason)
             if cleanup.retry:
-                self.metrics.cleanup_retries.labels("Block" if cleanup.block else "Filesystem", "process").inc()
+                self.metrics.cleanup_retries.labels(mode, "process").inc()
 
     def _delete(self, delete: DeletePV) -> None:
         meta = delete.pv.get("metadata") or {}
         name, uid = str(meta.get("name")), str(meta.get("uid") or "") or None
         mode = "Block" if delete.block else "Filesystem"
+        kind = "job" if self.jobs is not None and self.jobs.informer.get(
+            cleanup_job_name(name), self.options.namespace) else "process"
+        if kind == "job":
+            self._forget(name)  # upstream order: the Job first, then the PV
         try:
             self.api.delete(PERSISTENT_VOLUMES, name, uid=uid)
         except (NotFound, Conflict):
             pass  # already gone, or a different PV now has this name: nothing of ours to delete
         except ApiError as err:
-            self.metrics.delete_failed.labels(mode, "process").inc()
+            self.metrics.delete_failed.labels(mode, kind).inc()
             self.recorder.event(delete.pv, WARNING, "VolumeFailedDelete", f"Error deleting PV: {err}")
             return
         self.procs.forget(name)
         cls = self.config.current.classes.get(str((delete.pv.get("spec") or {}).get("storageClassName")))
         command = cls.block_cleaner_command[0] if cls else ""
         capacity = self._pv_capacity(delete.pv)
-        self.metrics.delete.labels(mode, "process").inc()
-        self.metrics.delete_duration.labels(mode, "process", capacity_bucket(capacity), command).observe(
+        self.metrics.delete.labels(mode, kind).inc()
+        self.metrics.delete_duration.labels(mode, kind, capacity_bucket(capacity), command).observe(
             max(0.0, self.clock.now() - delete.cleanup.started))
         log.info("deleted PV %s after cleaning %s", name, delete.host_path)
 

@@ -33,6 +33,9 @@ from localpv.naming import parse_quantity, pv_name, round_capacity
 
 Obj = dict[str, Any]
 
+#: Start times travel through Job annotations (microseconds); allow for that rounding.
+CLOCK_TOLERANCE = 0.001
+
 RUNNING = "running"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
@@ -275,14 +278,10 @@ def _plan_release(world: World, journal: dict[str, JournalEntry], pv: Obj, out: 
         out.events.append(EventSpec(pv, WARNING, "VolumeFailedDelete", f"Cannot clean volume: {why}"))
         return
     entry = journal.get(path) or JournalEntry(name, cls_name, USED, world.now)
+    uid = str(pv_meta(pv).get("uid") or "")
+    status = _current_status(world, out, name, entry, uid)
     if entry.state != CLEAN:
         _set(journal, out, path, entry.with_state(CLEANING, world.now) if entry.state != CLEANING else entry)
-    status = world.cleanups.get(name)
-    uid = str(pv_meta(pv).get("uid") or "")
-    if status is not None and status.pv_uid not in (None, uid) and status.state != RUNNING:
-        # A finished cleanup of an earlier incarnation of this PV says nothing about this one.
-        out.forget_cleanups.append(name)
-        status = None
     if entry.state == CLEAN and status is not None and status.state == SUCCEEDED:
         out.deletes.append(DeletePV(pv, path, _is_block(world, cls, path), status))
         return
@@ -293,6 +292,23 @@ def _plan_release(world: World, journal: dict[str, JournalEntry], pv: Obj, out: 
                                     CleanupStatus(SUCCEEDED, entry.since, uid, entry.since)))
         return
     _plan_cleanup_step(world, journal, out, name, path, cls, pv, status)
+
+
+def _current_status(world: World, out: Plan, name: str, entry: JournalEntry, uid: str | None) -> CleanupStatus | None:
+    """The tracker's status for ``name`` if it concerns the volume's current dirt.
+
+    A finished cleanup that started before the volume was last marked offered, used or
+    to-be-cleaned (or that belongs to another incarnation of the PV) says nothing about
+    the data on it now: it is forgotten rather than trusted.
+    """
+    status = world.cleanups.get(name)
+    if status is None or status.state == RUNNING or entry.state == CLEAN:
+        return status
+    stale = status.started < entry.since - CLOCK_TOLERANCE or (uid is not None and status.pv_uid not in (None, uid))
+    if stale:
+        out.forget_cleanups.append(name)
+        return None
+    return status
 
 
 def _is_block(world: World, cls: ClassConfig, host_path: str) -> bool:
@@ -358,7 +374,8 @@ def _plan_orphans(
         if entry.state in (OFFERED, USED):
             out.orphans.append(ConfirmOrphan(entry.pv, path, entry))
             continue
-        _plan_cleanup_step(world, journal, out, entry.pv, path, cls, None, world.cleanups.get(entry.pv))
+        status = _current_status(world, out, entry.pv, entry, None)
+        _plan_cleanup_step(world, journal, out, entry.pv, path, cls, None, status)
 
 
 def _plan_discovery(
