@@ -217,6 +217,38 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
         server.stop()
 
 
+@cli.command()
+@click.option("--device", type=click.Path(), default=None, envvar="LOCAL_PV_BLKDEVICE",
+              help="Block device to wipe (env LOCAL_PV_BLKDEVICE).")
+@click.option("--dir", "directory", type=click.Path(), default=None, envvar="LOCAL_PV_FILESYSTEM",
+              help="Mounted volume whose contents to remove (env LOCAL_PV_FILESYSTEM).")
+@click.option("--command", "command", default=None,
+              help="Cleaner command for --device, split like a shell would (default: quick_reset.sh).")
+@click.option("--timeout", default="6h", show_default=True, callback=_duration)
+def cleanup(device: str | None, directory: str | None, command: str | None, timeout: float) -> None:
+    """Wipe one volume; exit 0 only when it is verified clean (the cleanup Job entrypoint)."""
+    import shlex
+    import threading
+
+    from localpv.agent.cleaning import block_cleaner, filesystem_cleaner
+    from localpv.config import DEFAULT_BLOCK_CLEANER
+
+    if (device is None) == (directory is None):
+        raise click.UsageError("give exactly one of --device or --dir")
+    if device is not None:
+        argv = shlex.split(command) if command else list(DEFAULT_BLOCK_CLEANER)
+        fn = block_cleaner(device, argv, timeout=timeout, on_line=click.echo)
+    else:
+        assert directory is not None
+        import os
+
+        parent = os.path.dirname(os.path.realpath(directory))
+        fn = filesystem_cleaner(directory, parent)
+    outcome = fn(threading.Event())
+    click.echo(("clean: " if outcome.ok else "NOT clean: ") + outcome.message, err=not outcome.ok)
+    sys.exit(0 if outcome.ok else 1)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(obj={})
