@@ -4,7 +4,7 @@
 # a filesystem mounted inside the volume fails the clean, since the volume would otherwise
 # be offered with someone else's data inside.
 set -euo pipefail
-# shellcheck source=common.sh
+# shellcheck source=common.sh source-path=SCRIPTDIR
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
 
 require_filesystem

@@ -4,7 +4,7 @@
 # signature so the next user sees a blank device. Data blocks are not overwritten on devices
 # without discard: use shred.sh or dd_zero.sh when that matters.
 set -euo pipefail
-# shellcheck source=common.sh
+# shellcheck source=common.sh source-path=SCRIPTDIR
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
 
 require_block_device

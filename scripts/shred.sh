@@ -2,7 +2,7 @@
 # Overwrite a block volume with random data ITERATIONS times (default 3), then with zeros.
 # Usage: shred.sh [ITERATIONS]
 set -euo pipefail
-# shellcheck source=common.sh
+# shellcheck source=common.sh source-path=SCRIPTDIR
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/common.sh"
 
 iterations=${1:-3}

@@ -181,13 +181,14 @@ class _Run:
             self._out_open = False
             self._poller.unregister(self._out)
             return
-        lines = (self._partial + chunk).split(b"\n")
-        self._partial = lines.pop()
-        while len(self._partial) > _MAX_LINE:
-            lines.append(self._partial[:_MAX_LINE])
-            self._partial = self._partial[_MAX_LINE:]
+        *lines, partial = (self._partial + chunk).split(b"\n")
         for line in lines:
             self._emit(line)
+        # Pass on whole _MAX_LINE pieces of an unfinished line now rather than hoarding them.
+        cut = len(partial) - len(partial) % _MAX_LINE
+        if cut:
+            self._emit(partial[:cut])
+        self._partial = partial[cut:]
 
     def _flush_partial(self) -> None:
         if self._partial:
@@ -195,6 +196,8 @@ class _Run:
             self._partial = b""
 
     def _emit(self, raw: bytes) -> None:
-        line = raw.decode(errors="replace")
-        self.tail.append(line)
-        self._on_line(line)
+        """Hand one line to the callback, in pieces of at most _MAX_LINE bytes."""
+        for start in range(0, max(len(raw), 1), _MAX_LINE):
+            line = raw[start : start + _MAX_LINE].decode(errors="replace")
+            self.tail.append(line)
+            self._on_line(line)
