@@ -21,8 +21,8 @@ while IFS= read -r target; do
 done < <(findmnt --raw --noheadings --output TARGET)
 
 log "removing the contents of $dir"
-# -xdev also keeps find out of a mount that appears after the check above; removing its
-# mount point then fails, and so does the clean.
+# -xdev also keeps find out of another filesystem mounted after the check above; removing
+# its mount point then fails, and so does the clean.
 idle_io find "$dir" -mindepth 1 -xdev -delete
 if [[ -n "$(find "$dir" -mindepth 1 -maxdepth 1 -print -quit)" ]]; then
   die "$dir is not empty after cleaning"

@@ -90,7 +90,13 @@ def run_cleaner(
         return CleanerResult(
             tuple(argv), None, time.monotonic() - started, error=f"cannot run {argv[0]!r}: {e.strerror}"
         )
-    run = _Run(proc, on_line, collections.deque(maxlen=tail_lines))
+    try:
+        run = _Run(proc, on_line, collections.deque(maxlen=tail_lines))
+    except BaseException:  # e.g. no pidfd_open on this kernel: never leave the command behind
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     try:
         timed_out, cancelled = run.wait(started + timeout, cancel)
         if timed_out or cancelled:
