@@ -172,6 +172,10 @@ def _mount_id(fd: int) -> int:
     raise OSError(f"no mnt_id in /proc/self/fdinfo/{fd}")
 
 
+def _foreign_mount(path: str) -> str:
+    return f"filesystem mounted at {path} inside the volume; unmount it"
+
+
 def _grant_owner_access(dir_fd: int, name: str, st: os.stat_result) -> None:
     """Add ``u+rwx`` to a directory so it can be listed and emptied without root's capabilities.
 
@@ -259,7 +263,7 @@ class _Walk:
             self._problem(f'cannot stat "{self._path(name)}": {e.strerror}')
             return
         if st.st_dev != self._root_dev:
-            self._problem(f"filesystem mounted at {self._path(name)} inside the volume; unmount it")
+            self._problem(_foreign_mount(self._path(name)))
         elif stat.S_ISDIR(st.st_mode):
             self._enter(name, st)
         else:
@@ -292,7 +296,7 @@ class _Walk:
             if _ident(os.fstat(fd)) != _ident(st):
                 self._problem(f'"{self._path(name)}" was replaced during cleaning')
             elif _mount_id(fd) != self._root_mount:
-                self._problem(f"filesystem mounted at {self._path(name)} inside the volume; unmount it")
+                self._problem(_foreign_mount(self._path(name)))
             else:
                 frame = _Frame(name, _ident(st), st.st_blocks, os.listdir(fd))
                 os.close(self._fd)
