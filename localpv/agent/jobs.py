@@ -17,6 +17,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from localpv.agent.proctable import DEFAULT_RETRY_BACKOFF
 from localpv.agent.reconcile import FAILED, RUNNING, SUCCEEDED, CleanupStatus, StartCleanup
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig
@@ -29,7 +30,6 @@ from localpv.naming import HOSTNAME_LABEL_KEY, cleanup_job_name, job_volume_name
 log = logging.getLogger(__name__)
 
 ATTEMPT_ANNOTATION = "localpv.dev/attempt"
-JOB_BACKOFF = Backoff(initial=30.0, maximum=1800.0, factor=2.0, attempts=1_000_000, jitter=0.2)
 
 
 def _rfc3339nano(t: float) -> str:
@@ -111,7 +111,7 @@ def build_cleanup_job(
     }
 
 
-def job_status(job: Obj, backoff: Backoff = JOB_BACKOFF) -> CleanupStatus:
+def job_status(job: Obj, backoff: Backoff = DEFAULT_RETRY_BACKOFF) -> CleanupStatus:
     """Translate a Job's status into the tracker's vocabulary."""
     meta = job.get("metadata") or {}
     annotations = meta.get("annotations") or {}
@@ -136,7 +136,7 @@ class JobCleaner:
     """Creates, watches and removes this node's cleanup Jobs."""
 
     def __init__(self, api: KubeApi, *, node_name: str, namespace: str, image: str | None, clock: Clock,
-                 backoff: Backoff = JOB_BACKOFF) -> None:
+                 backoff: Backoff = DEFAULT_RETRY_BACKOFF) -> None:
         self.api = api
         self.node_name = node_name
         self.namespace = namespace

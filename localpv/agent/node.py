@@ -20,7 +20,7 @@ from typing import Any
 from localpv.agent.cleaning import block_cleaner, filesystem_cleaner
 from localpv.agent.jobs import JobCleaner
 from localpv.agent.journal import CLEANING, Journal
-from localpv.agent.proctable import ProcTable
+from localpv.agent.proctable import DEFAULT_RETRY_BACKOFF, ProcTable
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
 from localpv.agent.reconcile import (
     CleanupStatus,
@@ -70,6 +70,7 @@ class AgentOptions:
     config_sync_period: float = 5.0
     watch_host: bool = True
     adopt_upstream_pvs: bool = True
+    retry_backoff: Backoff = DEFAULT_RETRY_BACKOFF
 
 
 class ConfigHolder:
@@ -140,7 +141,8 @@ class NodeAgent:
         self.passes = 0
         self.last_pass_at = 0.0
         self.ready = False
-        self.procs = ProcTable(config.cleanup_workers, clock=self.clock, on_done=lambda _n: self.trigger("cleanup"))
+        self.procs = ProcTable(config.cleanup_workers, clock=self.clock, retry_backoff=options.retry_backoff,
+                               on_done=lambda _n: self.trigger("cleanup"))
         self.metrics.watch_proctable(self.procs.stats)
         self.pvs: Informer | None = None
         self.classes: Informer | None = None
@@ -179,7 +181,8 @@ class NodeAgent:
         # needs a restart (the DaemonSet rolls on config changes anyway).
         if config.use_job_for_cleaning:
             self.jobs = JobCleaner(self.api, node_name=self.node.name, namespace=self.options.namespace,
-                                   image=self.options.job_image, clock=self.clock)
+                                   image=self.options.job_image, clock=self.clock,
+                                   backoff=self.options.retry_backoff)
             self.jobs.informer.handlers.append(lambda *_: self.trigger("job"))
         for informer in self._informers():
             informer.start()

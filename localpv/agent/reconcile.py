@@ -339,8 +339,13 @@ def _plan_cleanup_step(
         else:
             out.forget_cleanups.append(name)
         return
-    if status is not None and status.state == FAILED and (status.retry_at or 0) > world.now:
-        return
+    if status is not None and status.state == FAILED:
+        target = pv or _node_event_target(world.node)
+        out.events.append(EventSpec(target, WARNING, "VolumeFailedDelete",
+                                    f"Cleanup of {path} failed (attempt {status.attempts}): {status.message}; "
+                                    "the volume is not offered until a cleanup succeeds"))
+        if (status.retry_at or 0) > world.now:
+            return
     container = cls.container_path(path)
     volume = _find_entry(world, cls, container) if container else None
     target = pv or _node_event_target(world.node)

@@ -1,0 +1,93 @@
+"""An agent running against the API emulator, with real discovery directories."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localpv.agent.journal import Journal
+from localpv.agent.node import AgentOptions, NodeAgent
+from localpv.clock import Clock
+from localpv.config import ProvisionerConfig, parse_config
+from localpv.kube.api import KubeApi
+from localpv.kube.events import EventRecorder
+from localpv.metrics import AgentMetrics
+from localpv.testing.apiserver import ApiServer
+from localpv.testing.objects import node, storage_class
+
+NODE = "node-1"
+
+
+@dataclass
+class AgentEnv:
+    """A node with discovery dirs, the emulator, and an agent factory."""
+
+    apiserver: ApiServer
+    api: KubeApi
+    root: Path
+    fs_dir: Path
+    block_dir: Path
+    state_dir: Path
+    agents: list[NodeAgent] = field(default_factory=list)
+
+    def config(self, **overrides: Any) -> ProvisionerConfig:
+        data: dict[str, Any] = {"storageClassMap": {
+            "local-fs": {"hostDir": "/mnt/disks", "mountDir": str(self.fs_dir)},
+            "fast": {"hostDir": "/mnt/fast", "mountDir": str(self.block_dir), "volumeMode": "Block"},
+        }}
+        data.update(overrides)
+        return parse_config(data).config
+
+    def start_agent(
+        self,
+        config: ProvisionerConfig | None = None,
+        *,
+        config_path: str | None = None,
+        discovery_period: float = 30.0,
+        clock: Clock | None = None,
+        watch_host: bool = True,
+        job_image: str | None = None,
+    ) -> NodeAgent:
+        options = AgentOptions(node_name=NODE, namespace="default", job_image=job_image, config_path=config_path,
+                               discovery_period=discovery_period, config_sync_period=0.2, watch_host=watch_host)
+        recorder = EventRecorder(self.api, component="test-agent", min_update_interval=0.0)
+        agent = NodeAgent(self.api, options, config or self.config(), Journal(self.state_dir / "journal.json"),
+                          metrics=AgentMetrics(), clock=clock, recorder=recorder)
+        agent.start()
+        self.agents.append(agent)
+        return agent
+
+    def stop_agents(self) -> None:
+        while self.agents:
+            self.agents.pop().stop()
+
+    def pvs(self) -> list[dict[str, Any]]:
+        return self.apiserver.list("v1", "PersistentVolume")
+
+    def pv_for(self, host_path: str) -> dict[str, Any] | None:
+        found = [pv for pv in self.pvs() if pv["spec"].get("local", {}).get("path") == host_path]
+        assert len(found) <= 1, f"duplicate PVs for {host_path}: {[p['metadata']['name'] for p in found]}"
+        return found[0] if found else None
+
+    def phase(self, host_path: str) -> str | None:
+        pv = self.pv_for(host_path)
+        return pv.get("status", {}).get("phase") if pv else None
+
+
+@pytest.fixture
+def agent_env(apiserver: ApiServer, kube: KubeApi, tmp_path: Path) -> Iterator[AgentEnv]:
+    apiserver.create(node(NODE))
+    for sc in (storage_class("local-fs", binding="Immediate"), storage_class("fast", binding="Immediate")):
+        apiserver.create(sc)
+    env = AgentEnv(apiserver, kube, tmp_path, tmp_path / "fs", tmp_path / "block", tmp_path / "state")
+    for d in (env.fs_dir, env.block_dir, env.state_dir):
+        d.mkdir()
+    try:
+        yield env
+    finally:
+        env.stop_agents()
+

@@ -1,0 +1,186 @@
+"""The agent against the emulator over real HTTP, with real tmpfs mounts and loop devices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localpv.kube.resources import PERSISTENT_VOLUMES
+from localpv.naming import NODE_LABEL_KEY, PROVISIONED_BY_ANNOTATION, pv_name
+from tests.agent.conftest import NODE, AgentEnv
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.root
+
+
+def test_mount_appearing_while_running_becomes_a_pv_without_waiting_for_the_period(
+    agent_env: AgentEnv, mounter: object
+) -> None:
+    agent = agent_env.start_agent(discovery_period=3600)  # only events can trigger passes
+    passes_before = agent.passes
+    mounter.tmpfs(agent_env.fs_dir / "vol1", size=16 * 1024 * 1024)  # type: ignore[attr-defined]
+    pv = wait_for(lambda: agent_env.pv_for("/mnt/disks/vol1"), timeout=5, what="PV for vol1")
+    assert pv["metadata"]["name"] == pv_name("vol1", NODE, "local-fs")
+    assert pv["spec"]["capacity"]["storage"] == "16Mi"
+    assert pv["metadata"]["labels"][NODE_LABEL_KEY] == NODE
+    wait_for(lambda: agent_env.phase("/mnt/disks/vol1") == "Available", timeout=5)
+    assert agent.passes > passes_before
+
+
+def test_second_pass_creates_nothing_and_restart_makes_no_duplicates(agent_env: AgentEnv, mounter: object) -> None:
+    for i in range(3):
+        mounter.tmpfs(agent_env.fs_dir / f"vol{i}")  # type: ignore[attr-defined]
+    agent = agent_env.start_agent()
+    wait_for(lambda: len(agent_env.pvs()) == 3, timeout=5, what="3 PVs")
+    creates = agent_env.apiserver.requests.count(verb="create", resource="persistentvolumes")
+    result = agent.reconcile_once()
+    assert result.creates == []
+    agent_env.stop_agents()
+    agent = agent_env.start_agent()
+    wait_for(lambda: agent.passes >= 1, timeout=5)
+    agent.reconcile_once()
+    assert len(agent_env.pvs()) == 3
+    assert agent_env.apiserver.requests.count(verb="create", resource="persistentvolumes") == creates
+
+
+def test_plain_directory_is_skipped_with_the_upstream_reason_and_not_ready(agent_env: AgentEnv) -> None:
+    (agent_env.fs_dir / "notbindmount").mkdir()
+    agent = agent_env.start_agent()
+    wait_for(lambda: agent.last_plan is not None, timeout=5)
+    ok, message = agent.readiness()
+    assert not ok
+    assert f'path "{agent_env.fs_dir}/notbindmount" is not a valid mount point' in message
+    assert agent_env.pvs() == []
+
+
+def test_block_device_symlink_becomes_a_block_pv(agent_env: AgentEnv, loops: object) -> None:
+    dev = loops.attach(size=12 * 1024 * 1024)  # type: ignore[attr-defined]
+    (agent_env.block_dir / "disk-a").symlink_to(dev.path)
+    agent_env.start_agent()
+    pv = wait_for(lambda: agent_env.pv_for("/mnt/fast/disk-a"), timeout=5)
+    assert pv["spec"]["volumeMode"] == "Block"
+    assert pv["spec"]["capacity"]["storage"] == "12Mi"
+    assert "mountOptions" not in pv["spec"]
+
+
+def test_two_classes_sharing_a_host_dir_yield_one_pv(agent_env: AgentEnv, mounter: object) -> None:
+    mounter.tmpfs(agent_env.fs_dir / "shared")  # type: ignore[attr-defined]
+    config = agent_env.config(storageClassMap={
+        "local-fs": {"hostDir": "/mnt/disks", "mountDir": str(agent_env.fs_dir)},
+        "other": {"hostDir": "/mnt/disks", "mountDir": str(agent_env.fs_dir)},
+    })
+    from localpv.testing.objects import storage_class
+
+    agent_env.apiserver.create(storage_class("other", binding="Immediate"))
+    agent = agent_env.start_agent(config)
+    wait_for(lambda: agent_env.pv_for("/mnt/disks/shared"), timeout=5)
+    for _ in range(3):
+        agent.reconcile_once()
+    assert len(agent_env.pvs()) == 1
+
+
+def test_upstream_pv_is_adopted_by_label_without_churn(agent_env: AgentEnv, mounter: object) -> None:
+    mounter.tmpfs(agent_env.fs_dir / "old")  # type: ignore[attr-defined]
+    node = agent_env.apiserver.get("v1", "Node", NODE)
+    assert node is not None
+    name = pv_name("old", NODE, "local-fs")
+    upstream = {
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "annotations": {
+            PROVISIONED_BY_ANNOTATION: f"local-volume-provisioner-{NODE}-{node['metadata']['uid']}"}},
+        "spec": {"capacity": {"storage": "8Mi"}, "local": {"path": "/mnt/disks/old"},
+                 "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
+                 "persistentVolumeReclaimPolicy": "Delete",
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}},
+    }
+    created = agent_env.apiserver.create(upstream)
+    agent = agent_env.start_agent()
+    wait_for(lambda: (agent_env.pv_for("/mnt/disks/old") or {}).get("metadata", {}).get("labels", {})
+             .get(NODE_LABEL_KEY) == NODE, timeout=5, what="adoption label")
+    agent.reconcile_once()
+    after = agent_env.pv_for("/mnt/disks/old")
+    assert after is not None
+    assert after["metadata"]["uid"] == created["metadata"]["uid"]  # same object: no churn
+    assert agent.pvs is not None and agent.pvs.get(name) is not None
+
+
+def test_name_collision_gives_one_event_and_no_create_loop(agent_env: AgentEnv, mounter: object) -> None:
+    mounter.tmpfs(agent_env.fs_dir / "victim")  # type: ignore[attr-defined]
+    name = pv_name("victim", NODE, "local-fs")
+    agent_env.apiserver.create({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {NODE_LABEL_KEY: "node-2"}},
+        "spec": {"capacity": {"storage": "1Gi"}, "local": {"path": "/mnt/elsewhere/x"},
+                 "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-2"]}]}]}}},
+    })
+    agent = agent_env.start_agent()
+    wait_for(lambda: name in agent.collisions, timeout=5, what="collision noticed")
+    for _ in range(5):
+        agent.reconcile_once()
+    assert agent_env.apiserver.requests.count(verb="create", resource="persistentvolumes") == 1
+    agent.recorder.flush()
+    events = [e for e in agent_env.apiserver.list("v1", "Event", "default") if e["reason"] == "PVNameCollision"]
+    assert len(events) == 1
+    assert "/mnt/elsewhere/x" in events[0]["message"] and "/mnt/disks/victim" in events[0]["message"]
+    assert not agent.readiness()[0]
+
+
+def test_config_reload_adds_and_removes_classes(agent_env: AgentEnv, mounter: object, tmp_path: Path) -> None:
+    mounter.tmpfs(agent_env.fs_dir / "a")  # type: ignore[attr-defined]
+    other_dir = tmp_path / "other"
+    mounter.tmpfs(other_dir / "b")  # type: ignore[attr-defined]
+    from localpv.testing.objects import storage_class
+
+    agent_env.apiserver.create(storage_class("other", binding="Immediate"))
+    cfg_file = tmp_path / "config.yaml"
+    cfg_file.write_text(yaml.safe_dump({"storageClassMap": {
+        "local-fs": {"hostDir": "/mnt/disks", "mountDir": str(agent_env.fs_dir)}}}))
+    from localpv.config import load_config
+
+    agent = agent_env.start_agent(load_config(cfg_file).config, config_path=str(cfg_file))
+    wait_for(lambda: agent_env.pv_for("/mnt/disks/a"), timeout=5)
+    cfg_file.write_text(yaml.safe_dump({"storageClassMap": {
+        "other": {"hostDir": "/mnt/other", "mountDir": str(other_dir)}}}))
+    wait_for(lambda: agent_env.pv_for("/mnt/other/b"), timeout=5, what="PV of the added class")
+    assert set(agent.config.current.classes) == {"other"}
+    # A broken file keeps the last good configuration and says why.
+    cfg_file.write_text("storageClassMap:\n  other:\n    hostDir: relative\n")
+    wait_for(lambda: agent.config.last_error is not None, timeout=5)
+    assert "storageClassMap.other.hostDir" in (agent.config.last_error or "")
+    assert set(agent.config.current.classes) == {"other"}
+    assert agent.metrics.config_reload_failures._value.get() >= 1
+
+
+def test_pv_api_failures_are_retried_not_lost(agent_env: AgentEnv, mounter: object) -> None:
+    agent_env.apiserver.faults.error_rate("create", 1.0, code=500)
+    mounter.tmpfs(agent_env.fs_dir / "flaky")  # type: ignore[attr-defined]
+    agent = agent_env.start_agent(discovery_period=0.2)
+    wait_for(lambda: agent.passes >= 2, timeout=5)
+    assert agent_env.pv_for("/mnt/disks/flaky") is None
+    agent_env.apiserver.faults.error_rate("create", 0.0)
+    wait_for(lambda: agent_env.pv_for("/mnt/disks/flaky"), timeout=5)
+    assert len(agent_env.pvs()) == 1
+
+
+def test_pvs_of_other_nodes_never_reach_the_cache(agent_env: AgentEnv) -> None:
+    for i in range(20):
+        agent_env.apiserver.create({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": f"other-{i}", "labels": {NODE_LABEL_KEY: "node-2"}},
+            "spec": {"capacity": {"storage": "1Gi"}, "local": {"path": f"/mnt/disks/o{i}"},
+                     "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                         {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-2"]}]}]}}},
+        })
+    agent = agent_env.start_agent(watch_host=False)
+    assert agent.pvs is not None
+    assert len(agent.pvs) == 0
+    watches = [r for r in agent_env.apiserver.requests.records
+               if r.resource == "persistentvolumes" and r.verb in ("list", "watch") and "labelSelector" in r.query]
+    assert watches, "the PV informer must select on the server"
+    assert PERSISTENT_VOLUMES.plural == "persistentvolumes"
