@@ -93,8 +93,7 @@ def run_cleaner(
     try:
         run = _Run(proc, on_line, collections.deque(maxlen=tail_lines))
     except BaseException:  # e.g. no pidfd_open on this kernel: never leave the command behind
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
     try:
@@ -111,6 +110,12 @@ def run_cleaner(
         cancelled=cancelled,
         tail=tuple(run.tail),
     )
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Signal a whole process group; a group that is already gone is fine."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
 
 
 class _Run:
@@ -146,7 +151,7 @@ class _Run:
 
     def terminate(self, grace: float) -> None:
         """SIGTERM the group, give the command ``grace`` seconds to exit, then SIGKILL (in finish)."""
-        self._signal_group(signal.SIGTERM)
+        _signal_group(self.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while not self._exited and (remaining := deadline - time.monotonic()) > 0:
             self._poll(remaining)
@@ -154,7 +159,7 @@ class _Run:
     def finish(self) -> None:
         """Kill what is left of the group, read the pipe to its end, reap, release descriptors."""
         # The leader is not reaped yet, so its pid still names our group: no recycled-pgid risk.
-        self._signal_group(signal.SIGKILL)
+        _signal_group(self.proc.pid, signal.SIGKILL)
         try:
             deadline = time.monotonic() + _DRAIN_AFTER_EXIT
             while self._out_open and (remaining := deadline - time.monotonic()) > 0:
@@ -165,10 +170,6 @@ class _Run:
             assert self.proc.stdout is not None
             self.proc.stdout.close()
             os.close(self._pidfd)
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, sig)
 
     def _poll(self, timeout: float) -> None:
         for fd, _mask in self._poller.poll(max(1, round(timeout * 1000))):
