@@ -14,12 +14,15 @@ from localpv.agent.node import AgentOptions, NodeAgent
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig, parse_config
 from localpv.kube.api import KubeApi
+from localpv.kube.errors import Backoff
 from localpv.kube.events import EventRecorder
 from localpv.metrics import AgentMetrics
 from localpv.testing.apiserver import ApiServer
 from localpv.testing.objects import node, storage_class
 
 NODE = "node-1"
+#: Cleanup retries in tests come after fractions of a second, not minutes.
+FAST_RETRY = Backoff(initial=0.2, maximum=0.5, factor=2.0, attempts=1_000_000, jitter=0.0)
 
 
 @dataclass
@@ -51,9 +54,11 @@ class AgentEnv:
         clock: Clock | None = None,
         watch_host: bool = True,
         job_image: str | None = None,
+        retry_backoff: Backoff = FAST_RETRY,
     ) -> NodeAgent:
         options = AgentOptions(node_name=NODE, namespace="default", job_image=job_image, config_path=config_path,
-                               discovery_period=discovery_period, config_sync_period=0.2, watch_host=watch_host)
+                               discovery_period=discovery_period, config_sync_period=0.2, watch_host=watch_host,
+                               retry_backoff=retry_backoff)
         recorder = EventRecorder(self.api, component="test-agent", min_update_interval=0.0)
         agent = NodeAgent(self.api, options, config or self.config(), Journal(self.state_dir / "journal.json"),
                           metrics=AgentMetrics(), clock=clock, recorder=recorder)
