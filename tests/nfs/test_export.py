@@ -1,0 +1,135 @@
+"""Directory operations on a real directory: links planted anywhere are refused, never followed."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from localpv.nfs.export import Export, UnsafeDirectory
+from tests.nfs.conftest import Layout
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+@pytest.fixture
+def export(layout: Layout) -> Export:
+    return Export(str(layout.export))
+
+
+def test_make_directory_sets_the_mode_despite_the_umask_on_the_leaf_only(layout: Layout, export: Export) -> None:
+    old = os.umask(0o027)
+    try:
+        assert export.make_directory(["ns", "vol"], 0o777) is True
+    finally:
+        os.umask(old)
+    assert mode(layout.export / "ns" / "vol") == 0o777
+    assert mode(layout.export / "ns") == 0o750  # parents as upstream's MkdirAll: umask applies
+
+
+def test_make_directory_adopts_an_existing_directory(layout: Layout, export: Export) -> None:
+    (layout.export / "vol").mkdir(mode=0o700)
+    (layout.export / "vol" / "old-data").write_text("kept")
+    assert export.make_directory(["vol"], 0o775) is False
+    assert mode(layout.export / "vol") == 0o775
+    assert (layout.export / "vol" / "old-data").read_text() == "kept"
+
+
+def test_mkdir_callback_counts_real_creations_only(layout: Layout) -> None:
+    made: list[int] = []
+    export = Export(str(layout.export), on_mkdir=lambda: made.append(1))
+    export.make_directory(["a", "b"], 0o777)
+    export.make_directory(["a", "b"], 0o777)
+    export.make_directory(["a", "c"], 0o777)
+    assert len(made) == 3
+
+
+@pytest.mark.parametrize("target", ["/", "outside"])
+def test_a_planted_leaf_link_is_refused_and_its_target_untouched(layout: Layout, export: Export,
+                                                                 target: str) -> None:
+    dest = "/" if target == "/" else str(layout.outside / "victim")
+    os.symlink(dest, layout.export / "vol")
+    before = layout.outside_snapshot()
+    with pytest.raises(UnsafeDirectory, match="is a symbolic link") as exc:
+        export.make_directory(["vol"], 0o777)
+    assert exc.value.index == 0
+    assert mode(layout.outside / "victim") == 0o700
+    assert stat.S_IMODE(os.stat("/").st_mode) != 0o777
+    assert layout.outside_snapshot() == before
+
+
+def test_a_planted_intermediate_link_is_refused_and_nothing_is_created_beyond_it(layout: Layout,
+                                                                                 export: Export) -> None:
+    os.symlink(layout.outside, layout.export / "ns")
+    before = layout.outside_snapshot()
+    with pytest.raises(UnsafeDirectory) as exc:
+        export.make_directory(["ns", "evil"], 0o777)
+    assert exc.value.index == 0
+    assert layout.outside_snapshot() == before
+    for call in (export.exists, export.remove):
+        with pytest.raises(UnsafeDirectory):
+            call(["ns", "victim"])
+    with pytest.raises(UnsafeDirectory):
+        export.archive(["ns", "victim"], ["archived-victim"])
+    assert layout.outside_snapshot() == before
+    assert not (layout.export / "archived-victim").exists()
+
+
+def test_a_file_in_the_way_is_refused(layout: Layout, export: Export) -> None:
+    (layout.export / "f").write_text("x")
+    with pytest.raises(UnsafeDirectory, match="is not a directory"):
+        export.make_directory(["f", "x"], 0o777)
+
+
+def test_remove_deletes_the_tree_without_following_links_inside_it(layout: Layout, export: Export) -> None:
+    vol = layout.export / "vol"
+    (vol / "sub").mkdir(parents=True)
+    (vol / "sub" / "file").write_text("x")
+    os.symlink(layout.outside / "victim", vol / "sub" / "escape")
+    os.symlink("/", vol / "root")
+    before = layout.outside_snapshot()
+    assert export.remove(["vol"]) is True
+    assert not vol.exists()
+    assert layout.outside_snapshot() == before
+
+
+def test_remove_refuses_a_leaf_that_became_a_link(layout: Layout, export: Export) -> None:
+    os.symlink(layout.outside / "victim", layout.export / "vol")
+    before = layout.outside_snapshot()
+    with pytest.raises(UnsafeDirectory):
+        export.remove(["vol"])
+    assert layout.outside_snapshot() == before
+    assert (layout.export / "vol").is_symlink()
+
+
+def test_remove_and_archive_of_a_missing_directory_report_it_gone(export: Export) -> None:
+    assert export.remove(["nope"]) is False
+    assert export.remove(["a", "nope"]) is False
+    assert export.archive(["nope"], ["archived-nope"]) is None
+    assert export.exists(["nope"]) is False
+
+
+def test_archive_moves_to_the_export_root_and_never_overwrites(layout: Layout, export: Export) -> None:
+    for ns in ("a", "b"):
+        (layout.export / ns / "data").mkdir(parents=True)
+        (layout.export / ns / "data" / "owner").write_text(ns)
+    (layout.export / "archived-data-taken").mkdir()  # an empty dir rename(2) would silently replace
+    names = ["archived-data", "archived-data-taken", "archived-data-2"]
+    assert export.archive(["a", "data"], names) == "archived-data"
+    assert export.archive(["b", "data"], names) == "archived-data-2"
+    assert (layout.export / "archived-data" / "owner").read_text() == "a"
+    assert (layout.export / "archived-data-2" / "owner").read_text() == "b"
+    assert list((layout.export / "archived-data-taken").iterdir()) == []
+    assert not (layout.export / "a" / "data").exists()
+
+
+def test_archive_without_a_free_name_fails_and_keeps_the_directory(layout: Layout, export: Export) -> None:
+    (layout.export / "vol").mkdir()
+    (layout.export / "archived-vol").mkdir()
+    with pytest.raises(FileExistsError):
+        export.archive(["vol"], ["archived-vol"])
+    assert (layout.export / "vol").is_dir()
