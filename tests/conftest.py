@@ -6,9 +6,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import pytest
+
+from localpv.testing.hostfs import LoopDevice, LoopDevices, Mounter, loops_backed_by, mounts_under, sh, umount
 
 if TYPE_CHECKING:
     from localpv.kube.api import KubeApi
@@ -60,3 +63,58 @@ def kube(apiserver: ApiServer) -> KubeApi:
     from localpv.kube.errors import Backoff
 
     return KubeApi(apiserver.api_client(), backoff=Backoff(initial=0.01, maximum=0.2, attempts=5))
+
+
+# ---------------------------------------------------------------- real mounts and loop devices
+
+@pytest.fixture(autouse=True)
+def _no_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Fail a test that leaves a mount or loop device under the test temp dir behind (and clean it)."""
+    if os.geteuid() != 0:
+        yield
+        return
+    base = str(tmp_path_factory.getbasetemp())
+    yield
+    mounts, loops = mounts_under(base), loops_backed_by(base)
+    for target in sorted(mounts, key=len, reverse=True):
+        umount(target)
+    for dev in loops:
+        sh("losetup", "-d", dev)
+    if mounts or loops:
+        pytest.fail(f"test leaked mounts {sorted(mounts)} / loop devices {sorted(loops)}")
+
+
+@pytest.fixture
+def mounter() -> Iterator[Mounter]:
+    m = Mounter()
+    try:
+        yield m
+    finally:
+        m.umount_all()
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path, mounter: Mounter) -> Path:
+    """An 8 MiB tmpfs mounted on a fresh directory."""
+    return mounter.tmpfs(tmp_path / "tmpfs")
+
+
+@pytest.fixture
+def loops(tmp_path: Path) -> Iterator[LoopDevices]:
+    devices = LoopDevices(tmp_path)
+    try:
+        yield devices
+    finally:
+        devices.detach_all()
+
+
+@pytest.fixture
+def loop_device(loops: LoopDevices) -> LoopDevice:
+    """An 8 MiB loop device with no filesystem."""
+    return loops.attach()
+
+
+@pytest.fixture
+def ext4_loop(loops: LoopDevices) -> LoopDevice:
+    """An 8 MiB loop device formatted ext4."""
+    return loops.attach(ext4=True)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from localpv.naming import cleanup_job_name
+from localpv.testing.hostfs import LoopDevices, Mounter
 from localpv.testing.objects import claim
 from tests.agent.conftest import AgentEnv
 from tests.conftest import wait_for
@@ -35,7 +36,7 @@ def recreated(env: AgentEnv, host_path: str, old_uid: str) -> dict[str, Any] | N
     return None
 
 
-def test_filesystem_volume_is_wiped_then_offered_again(agent_env: AgentEnv, mounter: Any) -> None:
+def test_filesystem_volume_is_wiped_then_offered_again(agent_env: AgentEnv, mounter: Mounter) -> None:
     vol = mounter.tmpfs(agent_env.fs_dir / "vol1")
     agent_env.start_agent()
 
@@ -51,7 +52,7 @@ def test_filesystem_volume_is_wiped_then_offered_again(agent_env: AgentEnv, moun
 
 
 def test_cleanup_never_follows_symlinks_and_refuses_foreign_mounts(
-    agent_env: AgentEnv, mounter: Any, tmp_path: Path
+    agent_env: AgentEnv, mounter: Mounter, tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -82,7 +83,7 @@ def test_cleanup_never_follows_symlinks_and_refuses_foreign_mounts(
     assert (outside / "precious").read_text() == "keep me"
 
 
-def test_block_volume_is_zeroed_before_it_is_offered_again(agent_env: AgentEnv, loops: Any) -> None:
+def test_block_volume_is_zeroed_before_it_is_offered_again(agent_env: AgentEnv, loops: LoopDevices) -> None:
     dev = loops.attach(size=4 * 1024 * 1024)
     (agent_env.block_dir / "disk1").symlink_to(dev.path)
     config = agent_env.config(storageClassMap={
@@ -102,7 +103,7 @@ def test_block_volume_is_zeroed_before_it_is_offered_again(agent_env: AgentEnv, 
         assert f.read() == b"\0" * dev.size
 
 
-def test_failing_cleaner_is_retried_with_backoff_and_the_pv_kept(agent_env: AgentEnv, loops: Any,
+def test_failing_cleaner_is_retried_with_backoff_and_the_pv_kept(agent_env: AgentEnv, loops: LoopDevices,
                                                                  tmp_path: Path) -> None:
     dev = loops.attach()
     (agent_env.block_dir / "disk1").symlink_to(dev.path)
@@ -124,7 +125,7 @@ def test_failing_cleaner_is_retried_with_backoff_and_the_pv_kept(agent_env: Agen
     assert "exited with 10" in status.message
 
 
-def test_pv_deleted_mid_clean_is_not_rediscovered_until_clean(agent_env: AgentEnv, loops: Any,
+def test_pv_deleted_mid_clean_is_not_rediscovered_until_clean(agent_env: AgentEnv, loops: LoopDevices,
                                                               tmp_path: Path) -> None:
     dev = loops.attach()
     (agent_env.block_dir / "disk1").symlink_to(dev.path)
@@ -149,7 +150,7 @@ def test_pv_deleted_mid_clean_is_not_rediscovered_until_clean(agent_env: AgentEn
     assert pv["metadata"]["name"] == name
 
 
-def test_job_mode_cleans_through_a_job_and_retries_failed_jobs(agent_env: AgentEnv, loops: Any) -> None:
+def test_job_mode_cleans_through_a_job_and_retries_failed_jobs(agent_env: AgentEnv, loops: LoopDevices) -> None:
     dev = loops.attach()
     (agent_env.block_dir / "disk1").symlink_to(dev.path)
     config = agent_env.config(useJobForCleaning=True, jobTolerations=[{"key": "k", "operator": "Exists"}])

@@ -9,6 +9,7 @@ import yaml
 
 from localpv.kube.resources import PERSISTENT_VOLUMES
 from localpv.naming import NODE_LABEL_KEY, PROVISIONED_BY_ANNOTATION, pv_name
+from localpv.testing.hostfs import LoopDevices, Mounter
 from tests.agent.conftest import NODE, AgentEnv
 from tests.conftest import wait_for
 
@@ -16,11 +17,11 @@ pytestmark = pytest.mark.root
 
 
 def test_mount_appearing_while_running_becomes_a_pv_without_waiting_for_the_period(
-    agent_env: AgentEnv, mounter: object
+    agent_env: AgentEnv, mounter: Mounter
 ) -> None:
     agent = agent_env.start_agent(discovery_period=3600)  # only events can trigger passes
     passes_before = agent.passes
-    mounter.tmpfs(agent_env.fs_dir / "vol1", size=16 * 1024 * 1024)  # type: ignore[attr-defined]
+    mounter.tmpfs(agent_env.fs_dir / "vol1", size=16 * 1024 * 1024)
     pv = wait_for(lambda: agent_env.pv_for("/mnt/disks/vol1"), timeout=5, what="PV for vol1")
     assert pv["metadata"]["name"] == pv_name("vol1", NODE, "local-fs")
     assert pv["spec"]["capacity"]["storage"] == "16Mi"
@@ -29,9 +30,9 @@ def test_mount_appearing_while_running_becomes_a_pv_without_waiting_for_the_peri
     assert agent.passes > passes_before
 
 
-def test_second_pass_creates_nothing_and_restart_makes_no_duplicates(agent_env: AgentEnv, mounter: object) -> None:
+def test_second_pass_creates_nothing_and_restart_makes_no_duplicates(agent_env: AgentEnv, mounter: Mounter) -> None:
     for i in range(3):
-        mounter.tmpfs(agent_env.fs_dir / f"vol{i}")  # type: ignore[attr-defined]
+        mounter.tmpfs(agent_env.fs_dir / f"vol{i}")
     agent = agent_env.start_agent()
     wait_for(lambda: len(agent_env.pvs()) == 3, timeout=5, what="3 PVs")
     creates = agent_env.apiserver.requests.count(verb="create", resource="persistentvolumes")
@@ -55,8 +56,8 @@ def test_plain_directory_is_skipped_with_the_upstream_reason_and_not_ready(agent
     assert agent_env.pvs() == []
 
 
-def test_block_device_symlink_becomes_a_block_pv(agent_env: AgentEnv, loops: object) -> None:
-    dev = loops.attach(size=12 * 1024 * 1024)  # type: ignore[attr-defined]
+def test_block_device_symlink_becomes_a_block_pv(agent_env: AgentEnv, loops: LoopDevices) -> None:
+    dev = loops.attach(size=12 * 1024 * 1024)
     (agent_env.block_dir / "disk-a").symlink_to(dev.path)
     agent_env.start_agent()
     pv = wait_for(lambda: agent_env.pv_for("/mnt/fast/disk-a"), timeout=5)
@@ -65,8 +66,8 @@ def test_block_device_symlink_becomes_a_block_pv(agent_env: AgentEnv, loops: obj
     assert "mountOptions" not in pv["spec"]
 
 
-def test_two_classes_sharing_a_host_dir_yield_one_pv(agent_env: AgentEnv, mounter: object) -> None:
-    mounter.tmpfs(agent_env.fs_dir / "shared")  # type: ignore[attr-defined]
+def test_two_classes_sharing_a_host_dir_yield_one_pv(agent_env: AgentEnv, mounter: Mounter) -> None:
+    mounter.tmpfs(agent_env.fs_dir / "shared")
     config = agent_env.config(storageClassMap={
         "local-fs": {"hostDir": "/mnt/disks", "mountDir": str(agent_env.fs_dir)},
         "other": {"hostDir": "/mnt/disks", "mountDir": str(agent_env.fs_dir)},
@@ -81,8 +82,8 @@ def test_two_classes_sharing_a_host_dir_yield_one_pv(agent_env: AgentEnv, mounte
     assert len(agent_env.pvs()) == 1
 
 
-def test_upstream_pv_is_adopted_by_label_without_churn(agent_env: AgentEnv, mounter: object) -> None:
-    mounter.tmpfs(agent_env.fs_dir / "old")  # type: ignore[attr-defined]
+def test_upstream_pv_is_adopted_by_label_without_churn(agent_env: AgentEnv, mounter: Mounter) -> None:
+    mounter.tmpfs(agent_env.fs_dir / "old")
     node = agent_env.apiserver.get("v1", "Node", NODE)
     assert node is not None
     name = pv_name("old", NODE, "local-fs")
@@ -107,8 +108,8 @@ def test_upstream_pv_is_adopted_by_label_without_churn(agent_env: AgentEnv, moun
     assert agent.pvs is not None and agent.pvs.get(name) is not None
 
 
-def test_name_collision_gives_one_event_and_no_create_loop(agent_env: AgentEnv, mounter: object) -> None:
-    mounter.tmpfs(agent_env.fs_dir / "victim")  # type: ignore[attr-defined]
+def test_name_collision_gives_one_event_and_no_create_loop(agent_env: AgentEnv, mounter: Mounter) -> None:
+    mounter.tmpfs(agent_env.fs_dir / "victim")
     name = pv_name("victim", NODE, "local-fs")
     agent_env.apiserver.create({
         "apiVersion": "v1", "kind": "PersistentVolume",
@@ -130,10 +131,10 @@ def test_name_collision_gives_one_event_and_no_create_loop(agent_env: AgentEnv, 
     assert not agent.readiness()[0]
 
 
-def test_config_reload_adds_and_removes_classes(agent_env: AgentEnv, mounter: object, tmp_path: Path) -> None:
-    mounter.tmpfs(agent_env.fs_dir / "a")  # type: ignore[attr-defined]
+def test_config_reload_adds_and_removes_classes(agent_env: AgentEnv, mounter: Mounter, tmp_path: Path) -> None:
+    mounter.tmpfs(agent_env.fs_dir / "a")
     other_dir = tmp_path / "other"
-    mounter.tmpfs(other_dir / "b")  # type: ignore[attr-defined]
+    mounter.tmpfs(other_dir / "b")
     from localpv.testing.objects import storage_class
 
     agent_env.apiserver.create(storage_class("other", binding="Immediate"))
@@ -156,9 +157,9 @@ def test_config_reload_adds_and_removes_classes(agent_env: AgentEnv, mounter: ob
     assert agent.metrics.config_reload_failures._value.get() >= 1
 
 
-def test_pv_api_failures_are_retried_not_lost(agent_env: AgentEnv, mounter: object) -> None:
+def test_pv_api_failures_are_retried_not_lost(agent_env: AgentEnv, mounter: Mounter) -> None:
     agent_env.apiserver.faults.error_rate("create", 1.0, code=500)
-    mounter.tmpfs(agent_env.fs_dir / "flaky")  # type: ignore[attr-defined]
+    mounter.tmpfs(agent_env.fs_dir / "flaky")
     agent = agent_env.start_agent(discovery_period=0.2)
     wait_for(lambda: agent.passes >= 2, timeout=5)
     assert agent_env.pv_for("/mnt/disks/flaky") is None
