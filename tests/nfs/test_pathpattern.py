@@ -159,7 +159,7 @@ def test_provisioned_paths_read_back_to_the_same_segments() -> None:
 
 
 def test_parse_subpath_blames_the_given_field() -> None:
-    with pytest.raises(PathRejected, match="^spec.nfs.path: "):
+    with pytest.raises(PathRejected, match=r"^spec\.nfs\.path: "):
         parse_subpath("a/..", "spec.nfs.path")
 
 
