@@ -249,6 +249,24 @@ def cleanup(device: str | None, directory: str | None, command: str | None, time
     sys.exit(0 if outcome.ok else 1)
 
 
+@cli.command()
+@click.option("--volumes", default=2, show_default=True, help="How many volumes to make.")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds allowed for each step.")
+def demo(volumes: int, timeout: float) -> None:
+    """Run the whole lifecycle of a local volume against the embedded API emulator.
+
+    Real tmpfs mounts when run as root, simulated mount points otherwise. Exits 0 when
+    every step happened and the tenant's data was really wiped.
+    """
+    from localpv.demo import Demo, DemoFailed
+
+    try:
+        Demo(sys.stdout, volumes=volumes, timeout=timeout).run()
+    except DemoFailed as err:
+        click.echo(f"demo failed: {err}", err=True)
+        sys.exit(1)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(obj={})
