@@ -252,7 +252,8 @@ def cleanup(device: str | None, directory: str | None, command: str | None, time
 @cli.command()
 @click.option("--volumes", default=2, show_default=True, help="How many volumes to make.")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds allowed for each step.")
-def demo(volumes: int, timeout: float) -> None:
+@click.option("--simulate-mounts", is_flag=True, help="Plain directories even as root (what non-root gets).")
+def demo(volumes: int, timeout: float, simulate_mounts: bool) -> None:
     """Run the whole lifecycle of a local volume against the embedded API emulator.
 
     Real tmpfs mounts when run as root, simulated mount points otherwise. Exits 0 when
@@ -261,7 +262,7 @@ def demo(volumes: int, timeout: float) -> None:
     from localpv.demo import Demo, DemoFailed
 
     try:
-        Demo(sys.stdout, volumes=volumes, timeout=timeout).run()
+        Demo(sys.stdout, volumes=volumes, timeout=timeout, simulate=simulate_mounts).run()
     except DemoFailed as err:
         click.echo(f"demo failed: {err}", err=True)
         sys.exit(1)

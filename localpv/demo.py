@@ -46,11 +46,11 @@ class DemoFailed(Exception):
 class Demo:
     """One run of the demo; ``run()`` returns normally only when every step succeeded."""
 
-    def __init__(self, out: TextIO, *, volumes: int = 2, timeout: float = 30.0) -> None:
+    def __init__(self, out: TextIO, *, volumes: int = 2, timeout: float = 30.0, simulate: bool = False) -> None:
         self.out = out
         self.volumes = volumes
         self.timeout = timeout
-        self.real_mounts = os.geteuid() == 0
+        self.real_mounts = os.geteuid() == 0 and not simulate
         self.started = time.monotonic()
         self.workdir = Path(tempfile.mkdtemp(prefix="localpv-demo-"))
         self.discovery = self.workdir / "discovery"
@@ -97,7 +97,8 @@ class Demo:
         if self.real_mounts:
             self.say("host", f"mounted {self.volumes} real tmpfs volumes under {self.discovery}")
             return mount_points
-        self.say("host", "NOT ROOT: plain directories, SIMULATED as mount points (run as root for real tmpfs)")
+        why = "NOT ROOT" if os.geteuid() != 0 else "--simulate-mounts"
+        self.say("host", f"{why}: plain directories, SIMULATED as mount points (run as root for real tmpfs)")
         simulated = frozenset(str(self.discovery / f"vol{i}") for i in range(1, self.volumes + 1))
         return lambda: mount_points() | simulated
 

@@ -181,7 +181,7 @@ def test_pvs_of_other_nodes_never_reach_the_cache(agent_env: AgentEnv) -> None:
     agent = agent_env.start_agent(watch_host=False)
     assert agent.pvs is not None
     assert len(agent.pvs) == 0
-    watches = [r for r in agent_env.apiserver.requests.records
+    watches = [r for r in agent_env.apiserver.requests.records()
                if r.resource == "persistentvolumes" and r.verb in ("list", "watch") and "labelSelector" in r.query]
     assert watches, "the PV informer must select on the server"
     assert PERSISTENT_VOLUMES.plural == "persistentvolumes"
