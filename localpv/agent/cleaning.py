@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from localpv.agent.proctable import CleanFn, CleanOutcome
-from localpv.host.cleaner import run_cleaner
+from localpv.host.cleaner import ProcessRecords, run_cleaner
 from localpv.host.fsclean import CleanError, clean_directory, is_within
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,14 @@ def block_cleaner(
     *,
     timeout: float,
     on_line: Callable[[str], None] | None = None,
+    records: ProcessRecords | None = None,
+    key: str = "",
 ) -> CleanFn:
-    """Run the class's ``blockCleanerCommand`` with ``LOCAL_PV_BLKDEVICE`` set."""
+    """Run the class's ``blockCleanerCommand`` with ``LOCAL_PV_BLKDEVICE`` set.
+
+    With ``records``, the running process group is recorded under ``key`` so that a
+    restarted agent can kill it (it must never write on after a newer clean finished).
+    """
     argv = resolve_command(command)
 
     def clean(cancel: threading.Event) -> CleanOutcome:
@@ -74,8 +80,13 @@ def block_cleaner(
             if on_line is not None:
                 on_line(text)
 
-        result = run_cleaner(argv, {"LOCAL_PV_BLKDEVICE": device_path}, timeout=timeout, on_line=line,
-                             cancel=cancel)
+        on_start = (lambda pid: records.add(key, pid)) if records is not None else None
+        try:
+            result = run_cleaner(argv, {"LOCAL_PV_BLKDEVICE": device_path}, timeout=timeout, on_line=line,
+                                 cancel=cancel, on_start=on_start)
+        finally:
+            if records is not None:
+                records.remove(key)
         if result.succeeded:
             return CleanOutcome(True, f"{argv[0]} finished in {result.duration:.1f}s")
         if result.error:

@@ -11,6 +11,7 @@ the planner; this module only gathers inputs and carries out outputs.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from localpv.agent.reconcile import (
 )
 from localpv.clock import Clock, SystemClock
 from localpv.config import ConfigError, ProvisionerConfig, load_config
+from localpv.host.cleaner import ProcessRecords
 from localpv.host.mounts import mount_points
 from localpv.host.scan import Entry, ScanError, scan_directory
 from localpv.kube.api import KubeApi, Obj
@@ -71,6 +73,8 @@ class AgentOptions:
     watch_host: bool = True
     adopt_upstream_pvs: bool = True
     retry_backoff: Backoff = DEFAULT_RETRY_BACKOFF
+    #: Host directory for state that must survive restarts (cleaner process records).
+    state_dir: str | None = None
 
 
 class ConfigHolder:
@@ -144,6 +148,8 @@ class NodeAgent:
         self.procs = ProcTable(config.cleanup_workers, clock=self.clock, retry_backoff=options.retry_backoff,
                                on_done=lambda _n: self.trigger("cleanup"))
         self.metrics.watch_proctable(self.procs.stats)
+        self.cleaner_records = ProcessRecords(os.path.join(options.state_dir, "cleaners") if options.state_dir
+                                              else None)
         self.pvs: Informer | None = None
         self.classes: Informer | None = None
         self.jobs: JobCleaner | None = None
@@ -157,6 +163,8 @@ class NodeAgent:
 
     def start(self) -> None:
         """Fetch the Node, adopt upstream PVs, start caches, watchers and the loop."""
+        for pid in self.cleaner_records.kill_leftovers():
+            log.warning("killed cleaner process group %d left over by a previous agent", pid)
         node_obj = call_with_retries(
             lambda: self.api.get(NODES, self.options.node_name),
             Backoff(initial=1.0, maximum=5.0, attempts=5), clock=self.clock, stop=self._stop,
@@ -382,7 +390,8 @@ class NodeAgent:
         if cleanup.block:
             fn = block_cleaner(cleanup.container_path, cleanup.cls.block_cleaner_command,
                                timeout=config.cleanup_timeout,
-                               on_line=lambda line: self.procs.set_progress(cleanup.pv_name, line))
+                               on_line=lambda line: self.procs.set_progress(cleanup.pv_name, line),
+                               records=self.cleaner_records, key=cleanup.pv_name)
         else:
             fn = filesystem_cleaner(cleanup.container_path, cleanup.cls.mount_dir)
         if self.procs.start(cleanup.pv_name, fn, pv_uid=uid):

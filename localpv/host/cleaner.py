@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["CANCEL_CHECK_INTERVAL", "CleanerResult", "run_cleaner"]
+__all__ = ["CANCEL_CHECK_INTERVAL", "CleanerResult", "ProcessRecords", "run_cleaner"]
 
 CANCEL_CHECK_INTERVAL = 0.1
 _READ_SIZE = 65536
@@ -66,6 +66,7 @@ def run_cleaner(
     cancel: threading.Event | None = None,
     kill_grace: float = 5.0,
     tail_lines: int = 20,
+    on_start: Callable[[int], None] | None = None,
 ) -> CleanerResult:
     """Run ``argv`` (no shell) with ``env`` merged over ``os.environ``; see the module docstring.
 
@@ -73,6 +74,9 @@ def run_cleaner(
     On timeout or cancel the process group gets SIGTERM, then SIGKILL after ``kill_grace``
     seconds. When the command exits, whatever it left running in its group is killed too.
     A command that cannot be started gives a result with ``error`` set, not an exception.
+    ``on_start`` gets the pid (which is also the process-group id) once it runs, so the
+    caller can record it and kill the group should the caller itself die (see
+    :class:`ProcessRecords`).
     """
     started = time.monotonic()
     if not argv:
@@ -96,6 +100,8 @@ def run_cleaner(
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
+    if on_start is not None:
+        on_start(proc.pid)
     try:
         timed_out, cancelled = run.wait(started + timeout, cancel)
         if timed_out or cancelled:
@@ -208,3 +214,88 @@ class _Run:
             line = raw[start : start + _MAX_LINE].decode(errors="replace")
             self.tail.append(line)
             self._on_line(line)
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (identifies it across pid reuse)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2:].split()
+    return int(fields[19])
+
+
+class ProcessRecords:
+    """Cleaner process groups recorded on disk, so a restarted agent can kill leftovers.
+
+    A cleaner runs in its own session so its whole group can be signalled; the flip side
+    is that it outlives an agent killed with SIGKILL. If the restarted agent then started
+    a second cleaner on the same device, the first could still be writing after the second
+    declared the volume clean - onto the next tenant's data. So every running cleaner is
+    recorded (pid and start time, which together identify the process even if the pid is
+    reused), and :meth:`kill_leftovers` kills whatever is still running at start-up.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None) -> None:
+        self.directory = None if directory is None else os.fspath(directory)
+        if self.directory is not None:
+            os.makedirs(self.directory, exist_ok=True)
+
+    def _path(self, key: str) -> str | None:
+        if self.directory is None:
+            return None
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+        return os.path.join(self.directory, f"{safe}.pid")
+
+    def add(self, key: str, pid: int) -> None:
+        path = self._path(key)
+        start = _start_time(pid)
+        if path is None or start is None:
+            return
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(f"{pid} {start}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def remove(self, key: str) -> None:
+        path = self._path(key)
+        if path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def kill_leftovers(self, timeout: float = 10.0) -> list[int]:
+        """SIGKILL every recorded group still running; wait until they are gone."""
+        if self.directory is None:
+            return []
+        killed = []
+        for name in sorted(os.listdir(self.directory)):
+            path = os.path.join(self.directory, name)
+            try:
+                with open(path, encoding="ascii") as f:
+                    pid, start = (int(x) for x in f.read().split())
+            except (OSError, ValueError):
+                pid, start = 0, -1
+            if pid and _start_time(pid) == start:
+                _signal_group(pid, signal.SIGKILL)
+                killed.append(pid)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        deadline = time.monotonic() + timeout
+        for pid in killed:
+            while time.monotonic() < deadline and _group_alive(pid):
+                time.sleep(0.01)
+        return killed
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
