@@ -198,10 +198,10 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
     api = KubeApi(api_client, observer=metrics.api.observe)
     options = AgentOptions(node_name=node_name, namespace=namespace, job_image=job_image, config_path=config_path,
                            discovery_period=discovery_period, config_sync_period=config_sync_period,
-                           watch_host=host_events)
+                           watch_host=host_events, state_dir=state_dir)
     node_agent = NodeAgent(api, options, loaded.config, journal, metrics=metrics)
     server = StatusServer(listen_address, metrics.registry, ready=node_agent.readiness, healthy=node_agent.healthy,
-                          metrics_path=metrics_path)
+                          metrics_path=metrics_path, documents={"/status": node_agent.status})
     server.start()
     try:
         node_agent.start()
@@ -247,6 +247,24 @@ def cleanup(device: str | None, directory: str | None, command: str | None, time
     outcome = fn(threading.Event())
     click.echo(("clean: " if outcome.ok else "NOT clean: ") + outcome.message, err=not outcome.ok)
     sys.exit(0 if outcome.ok else 1)
+
+
+@cli.command()
+@click.option("--agent-url", default="http://127.0.0.1:8080", show_default=True, envvar="LOCALPV_AGENT_URL",
+              help="The agent's --listen-address (run this in the agent pod: kubectl exec).")
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def status(agent_url: str, output: str) -> None:
+    """Show this node's volumes: PV, phase, claim, cleanup state and progress, skipped entries."""
+    import json
+
+    from localpv.agent.status import StatusUnavailable, fetch_status, render_status
+
+    try:
+        doc = fetch_status(agent_url)
+    except StatusUnavailable as err:
+        click.echo(f"error: {err} (is the agent running? run this inside its pod)", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(doc, indent=2) if output == "json" else render_status(doc), nl=output == "json")
 
 
 @cli.command()

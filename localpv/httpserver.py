@@ -7,10 +7,12 @@ pass had no errors). Standard library only; one daemon thread.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -39,8 +41,11 @@ class StatusServer:
         ready: Probe,
         healthy: Probe | None = None,
         metrics_path: str = "/metrics",
+        documents: dict[str, Callable[[], Any]] | None = None,
     ) -> None:
         self.registry = registry
+        #: Extra read-only JSON documents, e.g. the agent's ``/status``.
+        self.documents = documents or {}
         self.probes: dict[str, Probe] = {"/ready": ready, "/healthz": healthy or (lambda: (True, "ok"))}
         self.metrics_path = metrics_path
         server = self
@@ -50,6 +55,10 @@ class StatusServer:
                 path = self.path.split("?", 1)[0]
                 if path == server.metrics_path:
                     self._send(200, generate_latest(server.registry), CONTENT_TYPE_LATEST)
+                    return
+                if path in server.documents:
+                    body = json.dumps(server.documents[path](), indent=1, default=str).encode()
+                    self._send(200, body, "application/json")
                     return
                 probe = server.probes.get(path.rstrip("/") or path)
                 if probe is None:

@@ -254,6 +254,36 @@ class NodeAgent:
         problems += [f"{s.path}: {s.reason}" for s in plan_.skipped if s.error]
         return False, "discovererNotReady: " + "; ".join(problems[:5])
 
+    def status(self) -> dict[str, Any]:
+        """What ``localpv status`` shows: every volume this agent knows, and why it is where it is."""
+        pvs = {path: pv for pv in (self.pvs.list() if self.pvs else []) if (path := pv_host_path(pv))}
+        journal = self.journal.snapshot()
+        cleanups = self._cleanup_statuses()
+        now = self.clock.now()
+        volumes = []
+        for path in sorted(set(pvs) | set(journal)):
+            pv = pvs.get(path) or {}
+            entry = journal.get(path)
+            name = (pv.get("metadata") or {}).get("name") or (entry.pv if entry else "")
+            ref = (pv.get("spec") or {}).get("claimRef") or {}
+            cleanup = cleanups.get(str(name))
+            volumes.append({
+                "path": path, "pv": name, "phase": (pv.get("status") or {}).get("phase", "(no PV)" if not pv else ""),
+                "claim": f"{ref.get('namespace')}/{ref.get('name')}" if ref else "",
+                "journal": entry.state if entry else "", "cleanup": cleanup.state if cleanup else "",
+                "attempts": cleanup.attempts if cleanup else 0,
+                "elapsed": round(((cleanup.finished or now) - cleanup.started) if cleanup else 0.0, 1),
+                "message": cleanup.message if cleanup else "",
+                "progress": self.procs.progress(str(name)),
+            })
+        plan_ = self.last_plan
+        skipped = [{"path": s.path, "class": s.cls, "reason": s.reason, "error": s.error}
+                   for s in (plan_.skipped if plan_ else [])]
+        ready, why = self.readiness()
+        return {"node": self.options.node_name, "ready": ready, "readiness": why, "passes": self.passes,
+                "volumes": volumes, "skipped": skipped,
+                "class_errors": dict(plan_.class_errors) if plan_ else {}}
+
     # ------------------------------------------------------------------ loops
 
     def _loop(self) -> None:

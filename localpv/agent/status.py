@@ -1,0 +1,54 @@
+"""``localpv status``: the first command to run when a volume looks stuck.
+
+The agent serves its view at ``/status`` (JSON); this renders it as a table: each
+volume's path, PV, phase, claim, journal state, cleanup state with attempts, elapsed
+time and the cleaner's last output line (``shred -v`` prints its progress), then every
+skipped discovery entry with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+
+class StatusUnavailable(Exception):
+    """The agent's status endpoint could not be read."""
+
+
+def fetch_status(url: str, timeout: float = 5.0) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/status", timeout=timeout) as resp:
+            doc = json.load(resp)
+    except (OSError, ValueError) as err:
+        raise StatusUnavailable(f"cannot read {url}/status: {err}") from err
+    if not isinstance(doc, dict):
+        raise StatusUnavailable(f"{url}/status: unexpected answer")
+    return doc
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def render_status(doc: dict[str, Any]) -> str:
+    lines = [f"node {doc.get('node')}: {'ready' if doc.get('ready') else 'NOT READY'} ({doc.get('readiness', '')})"]
+    rows: list[tuple[str, ...]] = [("PATH", "PV", "PHASE", "CLAIM", "JOURNAL", "CLEANUP", "ELAPSED", "DETAIL")]
+    for v in doc.get("volumes") or []:
+        cleanup = v.get("cleanup") or ""
+        if cleanup and int(v.get("attempts") or 0) > 1:
+            cleanup += f" (attempt {v['attempts']})"
+        elapsed = f"{float(v.get('elapsed') or 0):.0f}s" if cleanup else ""
+        detail = v.get("progress") or v.get("message") or ""
+        rows.append((v["path"], v.get("pv") or "", v.get("phase") or "", v.get("claim") or "",
+                     v.get("journal") or "", cleanup, elapsed, detail[:80]))
+    lines += _table(rows) if len(rows) > 1 else ["(no volumes)"]
+    errors = doc.get("class_errors") or {}
+    skipped = doc.get("skipped") or []
+    if errors or skipped:
+        lines += ["", "Not offered:"]
+        lines += [f"  [{cls}] {why}" for cls, why in sorted(errors.items())]
+        lines += [f"  {s['path']} [{s['class']}] {s['reason']}" for s in skipped]
+    return "\n".join(lines) + "\n"
