@@ -671,8 +671,9 @@ class PersistentVolumeClaimStrategy(Strategy):
 
     def validate_update(self, new: Obj, old: Obj, errs: FieldErrors) -> None:
         nspec, ospec = copy.deepcopy(_spec(new)), copy.deepcopy(_spec(old))
-        if not ospec.get("volumeName"):
-            ospec["volumeName"] = nspec.get("volumeName")  # binding sets it once
+        if not ospec.get("volumeName"):  # binding sets it once
+            ospec.pop("volumeName", None)
+            nspec.pop("volumeName", None)
         for spec in (nspec, ospec):
             spec.pop("volumeAttributesClassName", None)
         new_size = (nspec.get("resources") or {}).get("requests", {}).get("storage")
