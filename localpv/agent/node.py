@@ -161,8 +161,12 @@ class NodeAgent:
         assert self._recorder is not None, "start() first"
         return self._recorder
 
-    def start(self) -> None:
-        """Fetch the Node, adopt upstream PVs, start caches, watchers and the loop."""
+    def start(self, *, run_loop: bool = True) -> None:
+        """Fetch the Node, adopt upstream PVs, start caches, watchers and the loop.
+
+        ``run_loop=False`` starts everything but the reconcile thread; the caller then
+        drives :meth:`reconcile_once` itself (benchmarks, tests of single passes).
+        """
         for pid in self.cleaner_records.kill_leftovers():
             log.warning("killed cleaner process group %d left over by a previous agent", pid)
         node_obj = call_with_retries(
@@ -202,7 +206,8 @@ class NodeAgent:
 
             self._host_events = HostEventWatcher(self.trigger)
             self._host_events.start()
-        self._spawn(self._loop, "reconcile")
+        if run_loop:
+            self._spawn(self._loop, "reconcile")
         if self.options.config_path:
             self._spawn(self._watch_config, "config-watch")
         self.trigger("start")

@@ -1,0 +1,203 @@
+"""Node agent figures: mount → PV latency, cost of a discovery pass, RSS vs. cluster size.
+
+Run as root (real tmpfs mounts):
+
+    python benchmarks/agent.py latency --mounts 50
+    python benchmarks/agent.py pass --entries 1000
+    python benchmarks/agent.py rss --other-pvs 10000
+
+Each prints its figures; the results with the command and the machine are recorded in
+docs/benchmarks.md. This is not a test: nothing here asserts anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+from localpv.agent.journal import Journal
+from localpv.agent.node import AgentOptions, NodeAgent
+from localpv.config import parse_config
+from localpv.kube.api import KubeApi
+from localpv.kube.events import EventRecorder
+from localpv.metrics import AgentMetrics
+from localpv.naming import NODE_LABEL_KEY
+from localpv.testing.apiserver import ApiServer
+from localpv.testing.hostfs import Mounter
+from localpv.testing.objects import node, storage_class
+
+NODE = "bench-node"
+
+
+def machine() -> str:
+    return (f"{psutil.cpu_count()} CPUs, {psutil.virtual_memory().total // 2**30} GiB, "
+            f"Python {platform.python_version()}, Linux {platform.release()}")
+
+
+def setup(server: ApiServer) -> None:
+    server.create(node(NODE))
+    server.create(storage_class("local-fs", binding="Immediate"))
+
+
+def make_agent(server: ApiServer, discovery: Path, state: Path, *, watch_host: bool) -> tuple[NodeAgent, KubeApi]:
+    config = parse_config({"storageClassMap": {"local-fs": {"hostDir": "/mnt/disks", "mountDir": str(discovery)}}})
+    metrics = AgentMetrics()
+    api = KubeApi(server.api_client(), observer=metrics.api.observe)
+    agent = NodeAgent(api, AgentOptions(node_name=NODE, discovery_period=3600, watch_host=watch_host),
+                      config.config, Journal(state / "journal.json"), metrics=metrics,
+                      recorder=EventRecorder(api, component="bench"))
+    return agent, api
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def bench_latency(mounts: int) -> None:
+    """Time from `mount` returning to the PV being readable from the API server."""
+    server = ApiServer(binder=True)
+    server.start()
+    setup(server)
+    work = Path(tempfile.mkdtemp(prefix="bench-lat-"))
+    (work / "d").mkdir()
+    agent, _ = make_agent(server, work / "d", work, watch_host=True)
+    agent.start()
+    mounter = Mounter()
+    samples = []
+    try:
+        for i in range(mounts):
+            target = work / "d" / f"v{i}"
+            t0 = time.perf_counter()
+            mounter.tmpfs(target, size=1 << 20)
+            while not any(pv["spec"]["local"]["path"] == f"/mnt/disks/v{i}"
+                          for pv in server.list("v1", "PersistentVolume")):
+                time.sleep(0.002)
+            samples.append(time.perf_counter() - t0)
+    finally:
+        agent.stop()
+        mounter.umount_all()
+        server.stop()
+    ms = [s * 1000 for s in samples]
+    print(f"mount -> PV visible via API, {mounts} mounts (event-driven, periodic pass 3600 s):")
+    print(f"  p50 {statistics.median(ms):.1f} ms   p99 {percentile(ms, 0.99):.1f} ms   max {max(ms):.1f} ms")
+    print("  (upstream polls every 10 s: expected ~5 s median, 10 s worst)")
+
+
+def bench_pass(entries: int) -> None:
+    """CPU time and API calls of one discovery pass creating N PVs, then of an idle pass."""
+    server = ApiServer(binder=False)
+    server.start()
+    setup(server)
+    work = Path(tempfile.mkdtemp(prefix="bench-pass-"))
+    (work / "d").mkdir()
+    mounter = Mounter()
+    try:
+        for i in range(entries):
+            mounter.tmpfs(work / "d" / f"v{i:04d}", size=1 << 20)
+        agent, _ = make_agent(server, work / "d", work, watch_host=False)
+        agent.start()
+        agent.reconcile_once()  # the start-up pass may have raced; make sure every PV exists
+        while len(server.list("v1", "PersistentVolume")) < entries:
+            time.sleep(0.01)
+        # Measure a creating pass from scratch: delete everything the start pass made.
+        agent.stop()
+        for pv in server.list("v1", "PersistentVolume"):
+            server.delete("v1", "PersistentVolume", pv["metadata"]["name"])
+        (work / "journal.json").unlink()
+        agent, _ = make_agent(server, work / "d", work, watch_host=False)
+        agent.start(run_loop=False)  # the measured pass must not race the loop thread
+        server.requests.clear()
+        t_cpu, t_wall = time.thread_time(), time.perf_counter()
+        result = agent.reconcile_once()
+        cpu, wall = time.thread_time() - t_cpu, time.perf_counter() - t_wall
+        calls = len(server.requests)
+        server.requests.clear()
+        t_cpu2, t_wall2 = time.thread_time(), time.perf_counter()
+        agent.reconcile_once()
+        cpu2, wall2 = time.thread_time() - t_cpu2, time.perf_counter() - t_wall2
+        calls2 = len(server.requests)
+        agent.stop()
+    finally:
+        mounter.umount_all()
+        server.stop()
+    print(f"discovery pass over {entries} mounted entries (agent thread CPU; the emulator runs in-process):")
+    print(f"  creating pass: {len(result.creates)} PVs, {cpu * 1000:.0f} ms CPU, {wall * 1000:.0f} ms wall, "
+          f"{calls} API requests ({calls / max(1, len(result.creates)):.2f} per PV)")
+    print(f"  idle pass:     0 PVs, {cpu2 * 1000:.0f} ms CPU, {wall2 * 1000:.0f} ms wall, {calls2} API requests")
+
+
+def bench_rss(other_pvs: int) -> None:
+    """RSS of a real `localpv agent` process with 0 and with N PVs of other nodes in the cluster."""
+    rows = []
+    for count in (0, other_pvs):
+        server = ApiServer(binder=False)
+        server.start()
+        setup(server)
+        for i in range(count):
+            server.create({"apiVersion": "v1", "kind": "PersistentVolume",
+                           "metadata": {"name": f"other-{i}", "labels": {NODE_LABEL_KEY: f"node-{i % 500}"},
+                                        "annotations": {"pv.kubernetes.io/provisioned-by":
+                                                        f"local-volume-provisioner-node-{i % 500}-x"}},
+                           "spec": {"capacity": {"storage": "100Gi"}, "local": {"path": f"/mnt/disks/v{i}"},
+                                    "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
+                                    "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                                        {"key": "kubernetes.io/hostname", "operator": "In",
+                                         "values": [f"node-{i % 500}"]}]}]}}}})
+        work = Path(tempfile.mkdtemp(prefix="bench-rss-"))
+        (work / "d").mkdir()
+        kubeconfig = work / "kubeconfig"
+        server.write_kubeconfig(str(kubeconfig))
+        cfg = work / "config.yaml"
+        cfg.write_text(yaml.safe_dump({"storageClassMap": {"local-fs": {"hostDir": "/mnt/disks",
+                                                                         "mountDir": str(work / "d")}}}))
+        proc = subprocess.Popen([sys.executable, "-m", "localpv", "agent", "--config", str(cfg), "--node", NODE,
+                                 "--kubeconfig", str(kubeconfig), "--listen-address", "127.0.0.1:0",
+                                 "--state-dir", str(work / "state")], stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and server.requests.count(verb="watch",
+                                                                          resource="persistentvolumes") == 0:
+                time.sleep(0.05)
+            threading.Event().wait(3)  # idle a moment after the watch is open
+            rss = psutil.Process(proc.pid).memory_info().rss
+            lists = server.requests.count(verb="list", resource="persistentvolumes")
+        finally:
+            proc.terminate()
+            proc.wait(10)
+            server.stop()
+        rows.append((count, rss, lists))
+    print("`localpv agent` RSS once idle (label-filtered PV cache):")
+    for count, rss, lists in rows:
+        print(f"  {count:>6} PVs of other nodes: RSS {rss / 2**20:.1f} MiB ({lists} PV list requests: "
+              "adoption scan + informer)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    sub.add_parser("latency").add_argument("--mounts", type=int, default=50)
+    sub.add_parser("pass").add_argument("--entries", type=int, default=1000)
+    sub.add_parser("rss").add_argument("--other-pvs", type=int, default=10000)
+    args = parser.parse_args()
+    if os.geteuid() != 0 and args.what != "rss":
+        sys.exit("needs root (real tmpfs mounts)")
+    print(machine())
+    {"latency": lambda: bench_latency(args.mounts), "pass": lambda: bench_pass(args.entries),
+     "rss": lambda: bench_rss(args.other_pvs)}[args.what]()
+
+
+if __name__ == "__main__":
+    main()
+
