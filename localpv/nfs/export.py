@@ -58,12 +58,14 @@ class Export:
         Only the leaf is chmod'ed to ``mode`` (through its descriptor, so the umask cannot
         narrow it and no link can redirect it). Returns True when the leaf was created now.
         """
+        _require_plain(parts)
         with self._walk(parts, create=True) as walk:
             os.fchmod(walk.fds[-1], mode)
             return walk.created_leaf
 
     def exists(self, parts: Sequence[str]) -> bool:
         """True if the directory is there (refuses links on the way like every other call)."""
+        _require_plain(parts)
         try:
             with self._walk(parts, create=False):
                 return True
@@ -72,6 +74,7 @@ class Export:
 
     def remove(self, parts: Sequence[str]) -> bool:
         """``rm -rf`` the directory without following links in it; False if it was already gone."""
+        _require_plain(parts)
         try:
             with self._walk(parts[:-1], create=False) as walk:
                 parent = walk.fds[-1]
@@ -90,6 +93,8 @@ class Export:
         ``RENAME_NOREPLACE`` is not), then renaming over that placeholder, which
         ``rename(2)`` only allows while it is still empty: nothing is ever overwritten.
         """
+        _require_plain(parts)
+        _require_plain(names)
         try:
             with self._walk(parts[:-1], create=False) as walk:
                 root, parent = walk.fds[0], walk.fds[-1]
@@ -152,6 +157,15 @@ class Export:
             os.rmdir(target, dir_fd=root)
             raise
         return True
+
+
+def _require_plain(parts: Sequence[str]) -> None:
+    """Callers pass validated segments; this is the second line of defence."""
+    if not parts:
+        raise UnsafeDirectory(0, "", "is missing: the export root itself is never a volume")
+    for index, name in enumerate(parts):
+        if name in ("", ".", "..") or "/" in name or "\0" in name:
+            raise UnsafeDirectory(index, name, "is not a plain directory name")
 
 
 def _open_child(parent: int, name: str, index: int) -> int:

@@ -133,3 +133,24 @@ def test_archive_without_a_free_name_fails_and_keeps_the_directory(layout: Layou
     with pytest.raises(FileExistsError):
         export.archive(["vol"], ["archived-vol"])
     assert (layout.export / "vol").is_dir()
+
+
+@pytest.mark.parametrize("parts", [[".."], ["a", ".."], ["."], [""], ["a/b"], ["/"], ["a\0"], ["..", "x"]])
+def test_unvalidated_segments_are_refused_even_here(layout: Layout, export: Export, parts: list[str]) -> None:
+    (layout.export / "a").mkdir()
+    before = layout.outside_snapshot()
+    for call in (lambda: export.make_directory(parts, 0o777), lambda: export.exists(parts),
+                 lambda: export.remove(parts), lambda: export.archive(parts, ["archived-x"]),
+                 lambda: export.archive(["a"], parts)):
+        with pytest.raises(UnsafeDirectory, match="is not a plain directory name"):
+            call()
+    assert layout.outside_snapshot() == before
+    assert os.listdir(layout.export) == ["a"]
+
+
+def test_the_export_root_itself_is_never_a_volume(layout: Layout, export: Export) -> None:
+    (layout.export / "keep").mkdir()
+    for call in (lambda: export.remove([]), lambda: export.archive([], ["archived-x"])):
+        with pytest.raises(UnsafeDirectory, match="export root"):
+            call()
+    assert os.listdir(layout.export) == ["keep"]
