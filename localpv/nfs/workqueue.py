@@ -83,6 +83,11 @@ class WorkQueue:
         with self._cond:
             return len(self._queue)
 
+    def idle(self) -> bool:
+        """Nothing queued, being processed or waiting out a delay."""
+        with self._cond:
+            return not (self._queue or self._processing or self._delayed)
+
     # ------------------------------------------------------------------ delayed
 
     def add_after(self, key: str, delay: float) -> None:

@@ -43,14 +43,18 @@ def test_a_key_added_while_processing_waits_for_done(queue: WorkQueue) -> None:
     assert queue.get() == "a"
     queue.add("a")
     assert len(queue) == 0  # not handed to a second worker meanwhile
+    assert not queue.idle()
     queue.done("a")
     assert queue.get() == "a"
+    queue.done("a")
+    assert queue.idle()
 
 
 def test_rate_limited_items_come_back_only_when_the_clock_says_so(queue: WorkQueue, clock: ManualClock) -> None:
     assert queue.add_rate_limited("a") == 15
     assert queue.add_rate_limited("a") == 30  # per-item: a second failure waits longer
     assert queue.add_rate_limited("b") == 15  # ...and other items are not slowed down
+    assert not queue.idle()
     clock.advance(14)
     assert len(queue) == 0
     clock.advance(1)
