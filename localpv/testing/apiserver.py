@@ -2957,6 +2957,10 @@ class _Handler(BaseHTTPRequestHandler):
     """HTTP/1.1 with keep-alive; JSON bodies; chunked transfer for watches."""
 
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes; with Nagle's algorithm on, the client's
+    # delayed ACK then stalls every response by ~40 ms. kube-apiserver (Go) sets
+    # TCP_NODELAY on every connection, and so does this emulator.
+    disable_nagle_algorithm = True
     server: _HTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:
