@@ -138,6 +138,33 @@ def bench_pass(entries: int) -> None:
     print(f"  idle pass:     0 PVs, {cpu2 * 1000:.0f} ms CPU, {wall2 * 1000:.0f} ms wall, {calls2} API requests")
 
 
+UNFILTERED = """
+import sys, threading
+from localpv.kube.api import KubeApi
+from localpv.kube.client import make_api_client
+from localpv.kube.informer import Informer
+from localpv.kube.resources import PERSISTENT_VOLUMES
+informer = Informer(KubeApi(make_api_client(sys.argv[1])), PERSISTENT_VOLUMES)
+informer.start()
+informer.wait_synced(120)
+print(len(informer), flush=True)
+threading.Event().wait()
+"""
+
+
+def unfiltered_rss(kubeconfig: Path) -> int:
+    """RSS of a process caching every PV of the cluster, as upstream's informer does."""
+    proc = subprocess.Popen([sys.executable, "-c", UNFILTERED, str(kubeconfig)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        threading.Event().wait(2)
+        return int(psutil.Process(proc.pid).memory_info().rss)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def bench_rss(other_pvs: int) -> None:
     """RSS of a real `localpv agent` process with 0 and with N PVs of other nodes in the cluster."""
     rows = []
@@ -173,15 +200,18 @@ def bench_rss(other_pvs: int) -> None:
             threading.Event().wait(3)  # idle a moment after the watch is open
             rss = psutil.Process(proc.pid).memory_info().rss
             lists = server.requests.count(verb="list", resource="persistentvolumes")
-        finally:
             proc.terminate()
             proc.wait(10)
+            unfiltered = unfiltered_rss(kubeconfig)
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
             server.stop()
-        rows.append((count, rss, lists))
+        rows.append((count, rss, lists, unfiltered))
     print("`localpv agent` RSS once idle (label-filtered PV cache):")
-    for count, rss, lists in rows:
+    for count, rss, lists, unfiltered in rows:
         print(f"  {count:>6} PVs of other nodes: RSS {rss / 2**20:.1f} MiB ({lists} PV list requests: "
-              "adoption scan + informer)")
+              f"one-time adoption scan + informer); an unfiltered PV informer alone: {unfiltered / 2**20:.1f} MiB")
 
 
 def main() -> None:

@@ -533,21 +533,30 @@ class NodeAgent:
     def adopt_upstream_pvs(self) -> int:
         """Label this node's PVs made by upstream (or by us before a label change), once.
 
-        Needs one unfiltered, paged list of PVs at start; afterwards everything goes
-        through the label-filtered cache.
+        Needs one unfiltered scan of all PVs, page by page; a marker in the state dir
+        makes later restarts skip it (after the first start no upstream agent creates
+        PVs for this node any more). Everything else goes through the label-filtered cache.
         """
         assert self.node is not None
-        adopted = 0
-        try:
-            items, _ = self.api.list(PERSISTENT_VOLUMES)
-        except ApiError as err:
-            log.warning("cannot list PVs for adoption: %s", err)
+        marker = (os.path.join(self.options.state_dir, f"adopted-{self.provisioner}")
+                  if self.options.state_dir else None)
+        if marker is not None and os.path.exists(marker):
             return 0
-        for pv in items:
-            if self._same_node(pv) and (pv.get("spec") or {}).get("local"):
-                labels = (pv.get("metadata") or {}).get("labels") or {}
-                if labels.get(NODE_LABEL_KEY) != node_label_value(self.node.name):
-                    self._ensure_label(pv)
-                    adopted += 1
+        adopted = 0
+        value = node_label_value(self.node.name)
+        try:
+            for page, _ in self.api.list_pages(PERSISTENT_VOLUMES):
+                for pv in page:
+                    labels = (pv.get("metadata") or {}).get("labels") or {}
+                    if labels.get(NODE_LABEL_KEY) != value and (pv.get("spec") or {}).get("local") \
+                            and self._same_node(pv):
+                        self._ensure_label(pv)
+                        adopted += 1
+        except ApiError as err:
+            log.warning("cannot list PVs for adoption (will retry at next start): %s", err)
+            return adopted
+        if marker is not None:
+            os.makedirs(os.path.dirname(marker), exist_ok=True)
+            with open(marker, "w", encoding="utf-8") as f:
+                f.write(f"{adopted}\n")
         return adopted
-

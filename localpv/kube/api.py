@@ -29,6 +29,8 @@ from localpv.kube.errors import (
 from localpv.kube.resources import Resource
 
 Obj = dict[str, Any]
+#: One page of a list: its items and the list's resourceVersion.
+Page = tuple[list[Obj], str]
 
 #: Called after every request: (verb, resource plural, seconds, error or None).
 RequestObserver = Callable[[str, str, float, ApiError | None], None]
@@ -149,6 +151,24 @@ class KubeApi:
     ) -> tuple[list[Obj], str]:
         """All matching objects (paged) and the list's resourceVersion for a following watch."""
         items: list[Obj] = []
+        rv = ""
+        for page, page_rv in self.list_pages(res, namespace, label_selector=label_selector,
+                                             field_selector=field_selector, page_size=page_size):
+            items.extend(page)
+            rv = page_rv
+        return items, rv
+
+    def list_pages(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> Iterator[Page]:
+        """Yield (items, resourceVersion) page by page, so a scan of a large collection
+        holds one page in memory at a time."""
         token: str | None = None
         while True:
             query: list[tuple[str, Any]] = [("limit", page_size)]
@@ -159,15 +179,16 @@ class KubeApi:
             if token:
                 query.append(("continue", token))
             page = self._retrying(partial(self._request, "list", res, "GET", res.path(namespace), query=query))
-            for item in page.get("items") or []:
+            items = page.get("items") or []
+            for item in items:
                 # Lists omit kind/apiVersion on items; restore them so objects are uniform.
                 item.setdefault("kind", res.kind)
                 item.setdefault("apiVersion", res.api_version)
-                items.append(item)
             meta = page.get("metadata") or {}
+            yield items, str(meta.get("resourceVersion") or "")
             token = meta.get("continue")
             if not token:
-                return items, str(meta.get("resourceVersion") or "")
+                return
 
     def create(self, res: Resource, obj: Obj, namespace: str | None = None) -> Obj:
         ns = namespace or (obj.get("metadata") or {}).get("namespace")
