@@ -59,9 +59,12 @@ class AgentEnv:
         options = AgentOptions(node_name=NODE, namespace="default", job_image=job_image, config_path=config_path,
                                discovery_period=discovery_period, config_sync_period=0.2, watch_host=watch_host,
                                retry_backoff=retry_backoff, state_dir=str(self.state_dir))
-        recorder = EventRecorder(self.api, component="test-agent", min_update_interval=0.0)
-        agent = NodeAgent(self.api, options, config or self.config(), Journal(self.state_dir / "journal.json"),
-                          metrics=AgentMetrics(), clock=clock, recorder=recorder)
+        metrics = AgentMetrics()
+        # As in production: the agent's own API handle reports to its request metrics.
+        api = KubeApi(self.api.api_client, backoff=self.api.backoff, observer=metrics.api.observe)
+        recorder = EventRecorder(api, component="test-agent", min_update_interval=0.0)
+        agent = NodeAgent(api, options, config or self.config(), Journal(self.state_dir / "journal.json"),
+                          metrics=metrics, clock=clock, recorder=recorder)
         agent.start()
         self.agents.append(agent)
         return agent
