@@ -120,9 +120,11 @@ def test_failing_cleaner_is_retried_with_backoff_and_the_pv_kept(agent_env: Agen
              what="three cleaner attempts")
     assert agent_env.phase("/mnt/fast/disk1") == "Released"
     assert f"attempt on {agent_env.block_dir}/disk1" in attempts.read_text()
-    status = agent.procs.status(agent_env.pv_for("/mnt/fast/disk1")["metadata"]["name"])  # type: ignore[index]
-    assert status is not None and status.attempts >= 3
+    name = agent_env.pv_for("/mnt/fast/disk1")["metadata"]["name"]  # type: ignore[index]
+    status = wait_for(lambda: (s := agent.procs.status(name)) is not None and s.state == "failed"
+                      and s.attempts >= 3 and s, timeout=5, what="third attempt recorded as failed")
     assert "exited with 10" in status.message
+    assert status.retry_at is not None and status.retry_at > status.finished  # type: ignore[operator]
 
 
 def test_pv_deleted_mid_clean_is_not_rediscovered_until_clean(agent_env: AgentEnv, loops: LoopDevices,
