@@ -238,7 +238,7 @@ class ApiError(Exception):
 
     @staticmethod
     def _details(rt: ResourceType, name: str, **extra: Any) -> Obj:
-        details: Obj = {"name": name, "kind": rt.plural, **extra}
+        details: Obj = {"name": name, "kind": rt.plural, **extra} if name else {"kind": rt.plural, **extra}
         if rt.group:
             details["group"] = rt.group
         return details
@@ -1347,6 +1347,7 @@ def _content(obj: Obj) -> Obj:
 
 
 _NAME_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+_OMITTED_WHEN_EMPTY = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields")
 
 
 class Store:
@@ -1671,7 +1672,11 @@ class Store:
         if kind != rt.kind:
             raise ApiError.bad_request(f"the object provided is unrecognized (must be of type {rt.kind}): "
                                        f"kind {kind!r}")
-        obj.setdefault("metadata", {})
+        meta = obj.setdefault("metadata", {})
+        if isinstance(meta, dict):
+            for name in _OMITTED_WHEN_EMPTY:
+                if name in meta and not meta[name]:
+                    del meta[name]  # Go's omitempty: an empty list or map is not stored
         return obj
 
     @staticmethod
