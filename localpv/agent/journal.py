@@ -46,6 +46,9 @@ class JournalEntry:
     cls: str
     state: str
     since: float
+    #: UID of the claim the volume was last seen bound to ("" if none): a clean volume whose
+    #: PV later names another claim was used again, even if no pass saw it Bound.
+    claim: str = ""
 
     def with_state(self, state: str, now: float) -> JournalEntry:
         return replace(self, state=state, since=now)
@@ -76,7 +79,7 @@ class Journal:
             entries = {}
             for host_path, raw in doc["volumes"].items():
                 entry = JournalEntry(pv=str(raw["pv"]), cls=str(raw["cls"]), state=str(raw["state"]),
-                                     since=float(raw["since"]))
+                                     since=float(raw["since"]), claim=str(raw.get("claim", "")))
                 if entry.state not in STATES:
                     raise JournalError(f"{path}: {host_path}: unknown state {entry.state!r}")
                 entries[host_path] = entry

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from localpv.agent.journal import CLEAN, CLEANING, OFFERED, USED, JournalEntry
@@ -221,6 +221,10 @@ def _set(journal: dict[str, JournalEntry], out: Plan, path: str, entry: JournalE
     out.journal[path] = entry
 
 
+def pv_claim_uid(pv: Obj) -> str:
+    return str(((pv.get("spec") or {}).get("claimRef") or {}).get("uid") or "")
+
+
 def _track_usage(world: World, journal: dict[str, JournalEntry], out: Plan) -> None:
     """Record in the journal every PV that was ever claimed (its volume may hold data)."""
     for pv in world.pvs:
@@ -230,12 +234,21 @@ def _track_usage(world: World, journal: dict[str, JournalEntry], out: Plan) -> N
         meta = pv_meta(pv)
         entry = journal.get(path)
         cls = str((pv.get("spec") or {}).get("storageClassName") or "")
+        claim = pv_claim_uid(pv)
         if entry is None:
             state = USED if pv_is_claimed(pv) else OFFERED
-            _set(journal, out, path, JournalEntry(str(meta.get("name")), cls, state, world.now))
+            _set(journal, out, path, JournalEntry(str(meta.get("name")), cls, state, world.now, claim))
         elif entry.state == OFFERED and pv_is_claimed(pv):
-            # (A "clean" entry with a PV is the cleaned PV awaiting deletion: keep it.)
-            _set(journal, out, path, entry.with_state(USED, world.now))
+            _set(journal, out, path, replace(entry, state=USED, since=world.now, claim=claim))
+        elif entry.state == CLEAN and _reclaimed_after_clean(pv, entry):
+            # A clean entry with a PV is normally the cleaned PV awaiting deletion. If that
+            # PV was bound again meanwhile (an admin cleared its claimRef), it holds the new
+            # tenant's data: it must be cleaned again, not deleted as clean.
+            _set(journal, out, path, replace(entry, state=USED, since=world.now, claim=claim))
+
+
+def _reclaimed_after_clean(pv: Obj, entry: JournalEntry) -> bool:
+    return pv_phase(pv) == "Bound" or (bool(entry.claim) and pv_claim_uid(pv) not in ("", entry.claim))
 
 
 def _find_entry(world: World, cls: ClassConfig, container_path: str) -> Entry | None:
@@ -276,6 +289,16 @@ def _plan_release(world: World, journal: dict[str, JournalEntry], pv: Obj, out: 
     if path is None or cls is None:
         why = "it is not a local volume" if path is None else f"Unknown storage class name {cls_name!r}"
         out.events.append(EventSpec(pv, WARNING, "VolumeFailedDelete", f"Cannot clean volume: {why}"))
+        return
+    sharing = [other for other in world.pvs if other is not pv and pv_host_path(other) == path
+               and pv_phase(other) != "Released"]
+    if sharing:
+        # Duplicate PVs for one path (e.g. made by upstream under two class names): the
+        # volume is in use or on offer through the other one; wiping it would destroy or
+        # expose that tenant's data.
+        others = ", ".join(sorted(str(pv_meta(o).get("name")) for o in sharing))
+        out.events.append(EventSpec(pv, WARNING, "VolumeFailedDelete",
+                                    f"Not cleaning {path}: the same volume is also published as PV {others}"))
         return
     entry = journal.get(path) or JournalEntry(name, cls_name, USED, world.now)
     uid = str(pv_meta(pv).get("uid") or "")
@@ -439,14 +462,21 @@ def _discover_entry(
     if mode is None or entry.capacity is None:
         out.skipped.append(Skipped(entry.path, cls.name, problem or entry.reason or "capacity unknown", True))
         return
+    running = world.cleanups.get(name)
+    if running is not None and running.state == RUNNING:
+        out.skipped.append(Skipped(entry.path, cls.name, "cleanup in progress", False))
+        claimed.add(host_path)
+        return
     record = journal.get(host_path)
     if record is not None and record.state != CLEAN:
         out.skipped.append(Skipped(entry.path, cls.name, f"waiting for cleanup ({record.state})", False))
         claimed.add(host_path)
         return
     if record is None and world.config.clean_before_first_discovery:
-        _set(journal, out, host_path, JournalEntry(name, cls.name, CLEANING, world.now))
-        _plan_cleanup_step(world, journal, out, name, host_path, cls, None, world.cleanups.get(name))
+        fresh = JournalEntry(name, cls.name, CLEANING, world.now)
+        _set(journal, out, host_path, fresh)
+        status = _current_status(world, out, name, fresh, None)
+        _plan_cleanup_step(world, journal, out, name, host_path, cls, None, status)
         out.skipped.append(Skipped(entry.path, cls.name, "cleaning before first discovery", False))
         claimed.add(host_path)
         return
