@@ -113,6 +113,12 @@ class WorkQueue:
         with self._cond:
             return self._failures.get(key, 0)
 
+    def waiting(self) -> list[tuple[float, str]]:
+        """Delayed items as (seconds until due, key), soonest first: what backoff decided."""
+        with self._cond:
+            now = self.clock.monotonic()
+            return [(due - now, key) for due, _, key in sorted(self._delayed)]
+
     def forget(self, key: str) -> None:
         """Reset the item's backoff (after a success, or to re-arm a given-up item)."""
         with self._cond:

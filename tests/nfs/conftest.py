@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from localpv.clock import Clock
+from localpv.kube.api import KubeApi, Obj
+from localpv.kube.errors import Backoff
+from localpv.kube.events import RecordedEvent
+from localpv.naming import PROVISIONED_BY_ANNOTATION
+from localpv.nfs.app import NfsOptions, NfsReplica
+from localpv.nfs.controller import ControllerSettings
+from localpv.nfs.metrics import NfsMetrics
+from localpv.nfs.provisioner import NfsSource
+from localpv.nfs.workqueue import ItemBackoff
+from localpv.testing.apiserver import ApiServer
+from tests.conftest import wait_for
 
 Snapshot = dict[str, tuple[str, int, int, str]]
 
@@ -48,3 +63,138 @@ def layout(tmp_path: Path) -> Layout:
     (outside / "victim" / "data").write_text("precious")
     os.chmod(outside / "victim", 0o700)
     return Layout(tmp_path, export, outside)
+
+
+# --------------------------------------------------------------------------- cluster side
+
+PROVISIONER = "example.com/nfs"
+SERVER = "nfs.example.com"
+NFS_PATH = "/exports"
+
+
+class Cluster:
+    """Seeds and reads the emulator's store directly (never faulted), in test vocabulary."""
+
+    def __init__(self, server: ApiServer) -> None:
+        self.server = server
+
+    def namespace(self, name: str) -> None:
+        if self.server.get("v1", "Namespace", name) is None:
+            self.server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+    def storage_class(self, name: str = "nfs", *, reclaim: str = "Delete", binding: str = "Immediate",
+                      mount_options: list[str] | None = None, provisioner: str = PROVISIONER,
+                      **parameters: str) -> Obj:
+        sc: Obj = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+                   "provisioner": provisioner, "parameters": parameters, "reclaimPolicy": reclaim,
+                   "volumeBindingMode": binding}
+        if mount_options:
+            sc["mountOptions"] = mount_options
+        return self.server.create(sc)
+
+    def claim(self, name: str, namespace: str = "default", *, storage_class: str = "nfs", size: str = "1Gi",
+              labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+              modes: tuple[str, ...] = ("ReadWriteMany",), **spec: Any) -> Obj:
+        self.namespace(namespace)
+        meta: Obj = {"name": name, "namespace": namespace}
+        if labels:
+            meta["labels"] = labels
+        if annotations:
+            meta["annotations"] = annotations
+        return self.server.create({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta,
+            "spec": {"storageClassName": storage_class, "accessModes": list(modes),
+                     "resources": {"requests": {"storage": size}}, **spec},
+        })
+
+    def pvc(self, name: str, namespace: str = "default") -> Obj | None:
+        return self.server.get("v1", "PersistentVolumeClaim", name, namespace)
+
+    def pv(self, name: str) -> Obj | None:
+        return self.server.get("v1", "PersistentVolume", name)
+
+    def pvs(self) -> list[Obj]:
+        return self.server.list("v1", "PersistentVolume")
+
+    def bound_pv(self, name: str, namespace: str = "default") -> Obj | None:
+        """The claim's PV once the claim is Bound (for ``wait_for``)."""
+        claim = self.pvc(name, namespace)
+        if not claim or (claim.get("status") or {}).get("phase") != "Bound":
+            return None
+        return self.pv(claim["spec"]["volumeName"])
+
+    def released_pv(self, path: str, server: str = SERVER, name: str = "pvc-released") -> str:
+        """A PV of ours whose claim is long gone (as after a restart, or planted by someone
+        with PV rights), already ``Released`` before any provisioner sees it."""
+        self.server.create({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": name, "annotations": {PROVISIONED_BY_ANNOTATION: PROVISIONER}},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "nfs",
+                     "persistentVolumeReclaimPolicy": "Delete", "nfs": {"server": server, "path": path},
+                     "claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": "tenant",
+                                  "name": "long-gone", "uid": "00000000-dead-beef-0000-000000000000"}},
+        })
+        wait_for(lambda: (self.pv(name) or {}).get("status", {}).get("phase") == "Released", what="Released")
+        return name
+
+    def delete_claim(self, name: str, namespace: str = "default") -> None:
+        self.server.delete("v1", "PersistentVolumeClaim", name, namespace)
+
+    def events(self, reason: str | None = None) -> list[Obj]:
+        """Events that reached the API server."""
+        return [e for ns in self.server.list("v1", "Namespace")
+                for e in self.server.list("v1", "Event", ns["metadata"]["name"])
+                if reason is None or e.get("reason") == reason]
+
+
+@pytest.fixture
+def cluster(apiserver: ApiServer) -> Cluster:
+    return Cluster(apiserver)
+
+
+class Replicas:
+    """Starts provisioner replicas against the emulator; stops whatever is left at teardown."""
+
+    def __init__(self, server: ApiServer, layout: Layout) -> None:
+        self.server = server
+        self.layout = layout
+        self.running: list[NfsReplica] = []
+
+    def start(self, *, leader_election: bool = False, clock: Clock | None = None, identity: str | None = None,
+              **settings: Any) -> NfsReplica:
+        controller = ControllerSettings(PROVISIONER, **{"backoff": ItemBackoff(0.05, 0.4), **settings})
+        options = NfsOptions(
+            NfsSource(SERVER, NFS_PATH, str(self.layout.export)), controller,
+            leader_election=leader_election, namespace="kube-system",
+            lease_duration=1.0, renew_deadline=0.7, retry_period=0.1,
+            **({"identity": identity} if identity else {}),
+        )
+        # The API layer keeps real time: a manual clock is for the controller's own timers.
+        api = KubeApi(self.server.api_client(), backoff=Backoff(initial=0.01, maximum=0.1, attempts=8))
+        replica = NfsReplica(api, options, metrics=NfsMetrics(), clock=clock)
+        api.observer = replica.metrics.api.observe
+        replica.start()
+        self.running.append(replica)
+        return replica
+
+    def stop_all(self) -> None:
+        for replica in self.running:
+            replica.stop()
+
+
+@pytest.fixture
+def replicas(apiserver: ApiServer, layout: Layout) -> Iterator[Replicas]:
+    r = Replicas(apiserver, layout)
+    try:
+        yield r
+    finally:
+        r.stop_all()
+
+
+def metric(replica: NfsReplica, name: str, **labels: str) -> float:
+    return replica.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def history(replica: NfsReplica, reason: str) -> list[RecordedEvent]:
+    """Events the replica emitted (in memory: also those whose write an injected fault dropped)."""
+    return [e for e in list(replica.recorder.history) if e.reason == reason]

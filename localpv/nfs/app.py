@@ -1,0 +1,181 @@
+"""One replica of ``localpv nfs``: leader election in front of the provisioning controller.
+
+Wiring only. A replica campaigns for the Lease; the leader starts the informers and
+workers (as the lib does, so standby replicas cost the API server nothing), and a leader
+that loses the lease stops all work at once and reports itself finished, so the command
+exits and the pod restarts as a fresh candidate (upstream exits via ``Fatalf``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+
+from localpv.clock import Clock, SystemClock
+from localpv.kube.api import KubeApi
+from localpv.kube.errors import Backoff
+from localpv.kube.events import EventRecorder
+from localpv.kube.leader import LeaderElector, LeaseConfig, default_identity, lock_name
+from localpv.nfs.controller import ClusterCache, ControllerSettings, ProvisionController
+from localpv.nfs.export import Export
+from localpv.nfs.metrics import NfsMetrics
+from localpv.nfs.provisioner import NfsProvisioner, NfsSource
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def election_namespace(pod_namespace: str | None, sa_file: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """POD_NAMESPACE, else the service account's namespace, else ``default`` (as the lib)."""
+    if pod_namespace:
+        return pod_namespace
+    try:
+        with open(sa_file, encoding="utf-8") as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+@dataclass(frozen=True)
+class NfsOptions:
+    """Everything a replica needs besides the API connection."""
+
+    source: NfsSource
+    controller: ControllerSettings
+    leader_election: bool = True
+    namespace: str = "default"
+    identity: str = field(default_factory=default_identity)
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def lease(self) -> LeaseConfig:
+        return LeaseConfig(self.namespace, lock_name(self.controller.provisioner_name), self.identity,
+                           self.lease_duration, self.renew_deadline, self.retry_period)
+
+
+class NfsReplica:
+    """Start/stop one replica; ``finished`` is set once it will do no more work."""
+
+    def __init__(self, api: KubeApi, options: NfsOptions, *, metrics: NfsMetrics | None = None,
+                 clock: Clock | None = None) -> None:
+        self.api = api
+        self.options = options
+        self.metrics = metrics or NfsMetrics()
+        self.clock = clock or SystemClock()
+        self.recorder = EventRecorder(api, component=f"{options.controller.provisioner_name}_{options.identity}",
+                                      clock=self.clock)
+        self.controller: ProvisionController | None = None
+        self.finished = threading.Event()
+        self.elector: LeaderElector | None = None
+        if options.leader_election:
+            # Election requests must fail fast: a retry loop inside one renewal would
+            # outlast the renew deadline. The elector retries on its own period.
+            lease_api = KubeApi(api.api_client, backoff=Backoff(attempts=1), clock=self.clock,
+                                observer=api.observer, timeout=options.renew_deadline)
+            self.elector = LeaderElector(lease_api, options.lease(), on_started=self._lead, on_stopped=self._unlead,
+                                         clock=self.clock, recorder=self.recorder)
+
+    def start(self) -> None:
+        self.recorder.start()
+        if self.elector is None:
+            self._lead()
+        else:
+            self.elector.start()
+
+    def stop(self, *, release: bool = True) -> None:
+        """Stop working; ``release=False`` leaves the lease to expire (a crash, for tests)."""
+        if self.elector is not None:
+            self.elector.stop(release=release)
+        self._unlead()
+        self.recorder.flush(2.0)
+        self.recorder.stop()
+
+    def is_leader(self) -> bool:
+        return self.elector.is_leader() if self.elector is not None else self.controller is not None
+
+    def healthy(self) -> tuple[bool, str]:
+        if self.elector is not None and not self.elector.healthy():
+            return False, "leader lease lost"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready when leading with a synced cache, or when standing by as a candidate."""
+        if self.controller is not None and not self.controller.synced.is_set():
+            return False, "caches not synced"
+        return True, "leader" if self.controller is not None else "standby"
+
+    def _lead(self) -> None:
+        opts = self.options
+        cache = ClusterCache(self.api, clock=self.clock)
+        export = Export(opts.source.mount_dir, on_mkdir=self.metrics.directories_created.inc)
+        provisioner = NfsProvisioner(opts.source, export, cache)
+        may_act = self.elector.is_leader if self.elector is not None else (lambda: True)
+        self.controller = ProvisionController(self.api, cache, provisioner, opts.controller, recorder=self.recorder,
+                                              metrics=self.metrics, clock=self.clock, may_act=may_act)
+        self.metrics.leader.set(1)
+        log.info("%s: provisioning for %s (export %s:%s mounted at %s)", opts.identity,
+                 opts.controller.provisioner_name, opts.source.server, opts.source.path, opts.source.mount_dir)
+        self.controller.start()
+
+    def _unlead(self) -> None:
+        controller, self.controller = self.controller, None
+        if controller is not None:
+            controller.stop()
+            self.metrics.leader.set(0)
+        if self.elector is None or self.elector.finished.is_set():
+            self.finished.set()
+
+
+def check_mount_dir(path: str) -> str | None:
+    """Why ``path`` cannot be the export mount (None if it can)."""
+    if not os.path.isdir(path):
+        return f"mount directory {path!r} does not exist or is not a directory (mount the export there)"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"mount directory {path!r} is not writable"
+    return None
+
+
+def run(options: NfsOptions, *, kubeconfig: str | None, listen_address: str, metrics_path: str = "/metrics") -> int:
+    """The ``localpv nfs`` process: serve probes and metrics, provision until told to stop.
+
+    Returns 0 after SIGTERM/SIGINT, 1 when the leader lease was lost (the pod restarts).
+    """
+    import signal
+
+    from localpv.httpserver import StatusServer
+    from localpv.kube.client import make_api_client
+
+    metrics = NfsMetrics()
+    api = KubeApi(make_api_client(kubeconfig), observer=metrics.api.observe, user_agent="localpv-nfs")
+    replica = NfsReplica(api, options, metrics=metrics)
+    server = StatusServer(listen_address, metrics.registry, ready=replica.ready, healthy=replica.healthy,
+                          metrics_path=metrics_path)
+    signalled = threading.Event()
+    done = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        signalled.set()
+        done.set()
+
+    def on_finished() -> None:
+        replica.finished.wait()
+        done.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    threading.Thread(target=on_finished, name="nfs-finished", daemon=True).start()
+    server.start()
+    replica.start()
+    try:
+        done.wait()
+    finally:
+        replica.stop()
+        server.stop()
+    if not signalled.is_set():
+        log.error("%s: leader lease lost; exiting so that the pod restarts as a candidate", options.identity)
+        return 1
+    return 0
