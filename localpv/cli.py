@@ -286,6 +286,99 @@ def demo(volumes: int, timeout: float, simulate_mounts: bool) -> None:
         sys.exit(1)
 
 
+def _octal_mode(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    try:
+        mode = int(value, 8)
+    except ValueError as err:
+        raise click.BadParameter(f"expected an octal mode such as 0777, got {value!r}") from err
+    if not 0 <= mode <= 0o7777:
+        raise click.BadParameter(f"mode {value!r} out of range")
+    return mode
+
+
+@cli.command()
+@click.option("--nfs-server", envvar="NFS_SERVER", default="", help="NFS server put in every PV (env NFS_SERVER).")
+@click.option("--nfs-path", envvar="NFS_PATH", default="", help="Exported path on the server (env NFS_PATH).")
+@click.option("--provisioner-name", envvar="PROVISIONER_NAME", default="",
+              help="Must equal StorageClass.provisioner (env PROVISIONER_NAME).")
+@click.option("--enable-leader-election", "leader_election", envvar="ENABLE_LEADER_ELECTION", default="true",
+              show_default=True, help="Go ParseBool value (env ENABLE_LEADER_ELECTION).")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Out-of-cluster kubeconfig (env KUBECONFIG).")
+@click.option("--namespace", envvar="POD_NAMESPACE", default=None,
+              help="Namespace of the leader Lease (env POD_NAMESPACE; else the service account's, else default).")
+@click.option("--mount-dir", envvar="NFS_MOUNT_DIR", default="/persistentvolumes", show_default=True,
+              help="Where the export is mounted in this pod (env NFS_MOUNT_DIR).")
+@click.option("--dir-mode", envvar="NFS_DIR_MODE", default="0777", show_default=True, callback=_octal_mode,
+              help="Mode of each volume directory, set explicitly (env NFS_DIR_MODE).")
+@click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
+              help="Address for /metrics, /ready and /healthz.")
+@click.option("--workers", default=4, show_default=True, type=click.IntRange(1, 256), envvar="LOCALPV_WORKERS",
+              help="Claim workers, and as many volume workers.")
+@click.option("--resync-period", default="15m", show_default=True, callback=_duration, envvar="LOCALPV_RESYNC_PERIOD",
+              help="Offer every claim and volume again, re-arming items that were given up.")
+@click.option("--retry-initial", default="15s", show_default=True, callback=_duration,
+              envvar="LOCALPV_RETRY_INITIAL", help="First delay after a failure; it doubles per failure.")
+@click.option("--retry-max", default="1000s", show_default=True, callback=_duration, envvar="LOCALPV_RETRY_MAX",
+              help="Longest delay between retries of one item.")
+@click.option("--failed-provision-threshold", default=15, show_default=True, type=click.IntRange(0),
+              envvar="LOCALPV_FAILED_PROVISION_THRESHOLD", help="Retries before giving up until resync (0: never).")
+@click.option("--failed-delete-threshold", default=15, show_default=True, type=click.IntRange(0),
+              envvar="LOCALPV_FAILED_DELETE_THRESHOLD", help="Retries before giving up until resync (0: never).")
+@click.option("--lease-duration", default="15s", show_default=True, callback=_duration,
+              envvar="LOCALPV_LEASE_DURATION")
+@click.option("--renew-deadline", default="10s", show_default=True, callback=_duration,
+              envvar="LOCALPV_RENEW_DEADLINE")
+@click.option("--retry-period", default="2s", show_default=True, callback=_duration, envvar="LOCALPV_RETRY_PERIOD")
+def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: str, kubeconfig: str | None,
+        namespace: str | None, mount_dir: str, dir_mode: int, listen_address: str, workers: int,
+        resync_period: float, retry_initial: float, retry_max: float, failed_provision_threshold: int,
+        failed_delete_threshold: int, lease_duration: float, renew_deadline: float, retry_period: float) -> None:
+    """Provision one subdirectory of an NFS export per claim (nfs-subdir-external-provisioner)."""
+    from localpv.kube.client import ClientConfigError
+    from localpv.nfs.app import NfsOptions, check_mount_dir, election_namespace, run
+    from localpv.nfs.controller import ControllerSettings
+    from localpv.nfs.params import parse_bool
+    from localpv.nfs.provisioner import NfsSource
+    from localpv.nfs.workqueue import ItemBackoff
+
+    problems = [f"{env} is required (or {flag})" for env, flag, value in (
+        ("NFS_SERVER", "--nfs-server", nfs_server), ("NFS_PATH", "--nfs-path", nfs_path),
+        ("PROVISIONER_NAME", "--provisioner-name", provisioner_name)) if not value]
+    try:
+        elect = parse_bool(leader_election)
+    except ValueError as err:
+        problems.append(f"ENABLE_LEADER_ELECTION: {err}")
+    try:
+        source = NfsSource(nfs_server, nfs_path, mount_dir, dir_mode) if nfs_path else None
+    except ValueError as err:
+        problems.append(str(err))
+    problems += [p for p in (check_mount_dir(mount_dir),) if p]
+    if problems:
+        for problem in problems:
+            click.echo(f"error: {problem}", err=True)
+        sys.exit(CONFIG_ERROR_EXIT)
+    assert source is not None
+    settings = ControllerSettings(
+        provisioner_name=provisioner_name, workers=workers, resync_period=resync_period,
+        backoff=ItemBackoff(retry_initial, retry_max), failed_provision_threshold=failed_provision_threshold,
+        failed_delete_threshold=failed_delete_threshold,
+    )
+    options = NfsOptions(source=source, controller=settings, leader_election=elect,
+                         namespace=election_namespace(namespace), lease_duration=lease_duration,
+                         renew_deadline=renew_deadline, retry_period=retry_period)
+    try:
+        options.lease()  # validates the timing before anything starts
+    except ValueError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(CONFIG_ERROR_EXIT)
+    try:
+        code = run(options, kubeconfig=kubeconfig, listen_address=listen_address)
+    except ClientConfigError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(1)
+    sys.exit(code)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(obj={})

@@ -1,0 +1,108 @@
+"""``localpv nfs``: upstream's environment variables, flags, probes and metrics, exit codes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from localpv.cli import cli
+from localpv.kube.leader import lock_name
+from localpv.testing.apiserver import ApiServer
+from tests.conftest import wait_for
+from tests.nfs.conftest import NFS_PATH, PROVISIONER, SERVER, Cluster, Layout
+
+UPSTREAM_ENV = ("NFS_SERVER", "NFS_PATH", "PROVISIONER_NAME", "ENABLE_LEADER_ELECTION", "KUBECONFIG", "POD_NAMESPACE",
+                "NFS_MOUNT_DIR")
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in UPSTREAM_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_runs_from_upstream_env_vars_serves_metrics_and_stops_cleanly_on_sigterm(
+        apiserver: ApiServer, cluster: Cluster, layout: Layout, tmp_path: Path) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "NFS_SERVER": SERVER, "NFS_PATH": NFS_PATH, "PROVISIONER_NAME": PROVISIONER, "ENABLE_LEADER_ELECTION": "1",
+        "KUBECONFIG": str(apiserver.write_kubeconfig(tmp_path / "kubeconfig")), "POD_NAMESPACE": "kube-system",
+        "NFS_MOUNT_DIR": str(layout.export), "LOCALPV_LISTEN_ADDRESS": f"127.0.0.1:{port}",
+    }
+    cluster.storage_class()
+    cluster.claim("cli")
+    proc = subprocess.Popen([sys.executable, "-m", "localpv", "nfs"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        pv = wait_for(lambda: cluster.bound_pv("cli"), timeout=20, what="bound by the CLI process")
+        assert pv["spec"]["nfs"]["server"] == SERVER
+        base = f"http://127.0.0.1:{port}"
+        counted = 'controller_persistentvolumeclaim_provision_total{class="nfs"} 1.0'
+        _, body = wait_for(lambda: (r := get(base + "/metrics"))[0] == 200 and counted in r[1] and r,
+                           what="provision counted in the served metrics")
+        assert "localpv_leader 1.0" in body
+        assert get(base + "/healthz") == (200, "ok\n")
+        assert get(base + "/ready") == (200, "leader\n")
+        lease = apiserver.get("coordination.k8s.io/v1", "Lease", lock_name(PROVISIONER), "kube-system")
+        assert lease is not None and lease["spec"]["holderIdentity"].startswith(socket.gethostname() + "_")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    lease = apiserver.get("coordination.k8s.io/v1", "Lease", lock_name(PROVISIONER), "kube-system")
+    assert lease is not None and lease["spec"]["holderIdentity"] == ""  # handed over on the way out
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_required_settings_are_all_reported_at_once_with_their_variables(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["nfs", "--mount-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    for env, flag in (("NFS_SERVER", "--nfs-server"), ("NFS_PATH", "--nfs-path"),
+                      ("PROVISIONER_NAME", "--provisioner-name")):
+        assert f"error: {env} is required (or {flag})" in result.output
+
+
+@pytest.mark.usefixtures("clean_env")
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        ([], {"ENABLE_LEADER_ELECTION": "yes"}, "ENABLE_LEADER_ELECTION: invalid boolean 'yes'"),
+        (["--enable-leader-election", "maybe"], {}, "ENABLE_LEADER_ELECTION: invalid boolean 'maybe'"),
+        (["--nfs-path", "exports"], {}, "NFS_PATH must be absolute"),
+        ([], {"NFS_MOUNT_DIR": "/nonexistent/mount"}, "mount directory '/nonexistent/mount' does not exist"),
+        (["--dir-mode", "0999"], {}, "expected an octal mode"),
+        (["--lease-duration", "5s"], {}, "retry_period < renew_deadline < lease_duration"),
+    ],
+)
+def test_bad_settings_exit_2_naming_the_setting(tmp_path: Path, args: list[str], env: dict[str, str],
+                                                message: str) -> None:
+    base = {"NFS_SERVER": SERVER, "NFS_PATH": NFS_PATH, "PROVISIONER_NAME": PROVISIONER,
+            "NFS_MOUNT_DIR": str(tmp_path), "KUBECONFIG": str(tmp_path / "missing-kubeconfig")}
+    result = CliRunner().invoke(cli, ["nfs", *args], env={**base, **env})
+    assert result.exit_code == 2, result.output
+    assert message in result.output
