@@ -91,7 +91,7 @@ def now_rfc3339() -> str:
 # =========================================================================== the resource table
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # rows are singletons: identity hashing keeps lookups cheap
 class ResourceType:
     """One served resource. The :data:`RESOURCES` table drives routing, discovery and rules."""
 
@@ -1390,7 +1390,9 @@ class Store:
 
     @staticmethod
     def _ordered(objects: Mapping[str, Obj], namespace: str | None) -> list[Obj]:
-        prefix = f"{namespace}/" if namespace else ""
+        if not namespace:
+            return [objects[k] for k in sorted(objects)]
+        prefix = f"{namespace}/"
         return [objects[k] for k in sorted(objects) if k.startswith(prefix)]
 
     def by_uid(self, uid: str) -> Obj | None:
@@ -1792,6 +1794,13 @@ class _ClusterView:
 
     def changed_since(self, kinds: Iterable[tuple[str, str]], rv: int) -> bool:
         return self.store.changed_since([resource_for(*k) for k in kinds], rv)
+
+    def changes_since(self, rv: int) -> list[tuple[str, str, str, str]] | None:
+        changes = self.store.history_after(rv)
+        if changes is None:
+            return None
+        return [(c.rt.api_version, c.rt.kind, c.obj["metadata"].get("namespace", ""), c.obj["metadata"]["name"])
+                for c in changes]
 
     def view(self, api_version: str, kind: str) -> list[Obj]:
         return self.store.items(resource_for(api_version, kind))

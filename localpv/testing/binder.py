@@ -12,7 +12,9 @@ pass under the store lock, so a pass is atomic and the outcome deterministic.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
+import math
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -79,7 +81,12 @@ def parse_quantity(text: Any) -> Fraction:
     """
     if isinstance(text, bool) or not isinstance(text, (str, int)):
         raise QuantityError(f"quantities must be strings, got {text!r}")
-    match = _QUANTITY.match(str(text).strip())
+    return _parse_quantity(str(text))
+
+
+@functools.lru_cache(maxsize=4096)  # the binder compares the same few sizes over and over
+def _parse_quantity(text: str) -> Fraction:
+    match = _QUANTITY.match(text.strip())
     if not match:
         raise QuantityError("quantities must match the regular expression "
                             "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
@@ -89,11 +96,18 @@ def parse_quantity(text: Any) -> Fraction:
     return Fraction(number) * _SUFFIX[suffix]
 
 
-def _storage(resources: Mapping[str, Any] | None) -> Fraction:
+def _storage(resources: Mapping[str, Any] | None) -> int:
+    """A storage size in nano-units, rounded up: exact integer comparisons, and fast ones."""
+    value = (resources or {}).get("storage", "0")
+    return _nano_units(value) if isinstance(value, str) else 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _nano_units(text: str) -> int:
     try:
-        return parse_quantity((resources or {}).get("storage", "0"))
+        return math.ceil(parse_quantity(text) * 10**9)
     except QuantityError:
-        return Fraction(0)
+        return 0
 
 
 # --------------------------------------------------------------------------- controller base
@@ -113,6 +127,9 @@ class Cluster(Protocol):
     def resource_version(self) -> int: ...
 
     def changed_since(self, kinds: Iterable[tuple[str, str]], rv: int) -> bool: ...
+
+    def changes_since(self, rv: int) -> list[tuple[str, str, str, str]] | None:
+        """(apiVersion, kind, namespace, name) of each write after ``rv``; None if forgotten."""
 
     def view(self, api_version: str, kind: str) -> list[Obj]: ...
 
@@ -214,6 +231,11 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
+def _ref_key(pv: Mapping[str, Any]) -> tuple[str, str] | None:
+    ref = pv.get("spec", {}).get("claimRef")
+    return (str(ref.get("namespace", "")), str(ref.get("name", ""))) if ref else None
+
+
 def _bound_to(pv: Mapping[str, Any], claim: Mapping[str, Any]) -> bool:
     """``IsVolumeBoundToClaim``: claimRef names the claim and its uid is empty or equal."""
     ref = pv.get("spec", {}).get("claimRef")
@@ -248,19 +270,34 @@ class PVBinder(Reconciler):
     )
 
     def reconcile(self) -> None:
-        claims = sorted(
-            self.cluster.view("v1", "PersistentVolumeClaim"),
-            key=lambda c: (c["metadata"].get("creationTimestamp", ""), _key(c)),
-        )
-        for claim in claims:
-            self._sync_claim(_key(claim))
-        for pv in self.cluster.view("v1", "PersistentVolume"):
-            self._sync_volume(str(pv["metadata"]["name"]))
+        claims, volumes = self._dirty()
+        for claim in sorted(claims, key=lambda c: (c["metadata"].get("creationTimestamp", ""), _key(c))):
+            self._sync_claim(claim)  # a claim's sync writes only that claim and volumes
+        claims_now = {_key(c): c for c in self.cluster.view("v1", "PersistentVolumeClaim")}
+        for name in volumes:
+            volume = self._volume(name)
+            if volume is not None:
+                self._sync_volume(volume, claims_now)
 
-    # -- reads that always see this pass's own earlier writes
+    def _dirty(self) -> tuple[list[Obj], list[str]]:
+        """What this pass must look at: everything at first (or after history loss), otherwise
+        the changed objects, their counterparts, and every claim not yet Bound (a new volume,
+        class or node may be what it waits for). Keeps a pass cheap with thousands of PVs."""
+        all_claims = self.cluster.view("v1", "PersistentVolumeClaim")
+        changes = self.cluster.changes_since(self._seen) if self._seen >= 0 else None
+        if changes is None:
+            return all_claims, [v["metadata"]["name"] for v in self.cluster.view("v1", "PersistentVolume")]
+        changed_claims = {(ns, name) for _, kind, ns, name in changes if kind == "PersistentVolumeClaim"}
+        changed_volumes = {name for _, kind, _, name in changes if kind == "PersistentVolume"}
+        claims = [c for c in all_claims if _key(c) in changed_claims or _phase(c) != "Bound"
+                  or c["spec"].get("volumeName") in changed_volumes]
+        volumes = changed_volumes | {str(c["spec"]["volumeName"]) for c in claims if c["spec"].get("volumeName")}
+        if changed_claims:  # a deleted claim releases the volume that names it
+            volumes.update(v["metadata"]["name"] for v in self.cluster.view("v1", "PersistentVolume")
+                           if _ref_key(v) in changed_claims)
+        return claims, sorted(volumes)
 
-    def _claim(self, key: tuple[str, str]) -> Obj | None:
-        return self.cluster.peek("v1", "PersistentVolumeClaim", key[1], key[0])
+    # -- reads that see this pass's own earlier writes (volumes may change while claims sync)
 
     def _volume(self, name: str) -> Obj | None:
         return self.cluster.peek("v1", "PersistentVolume", name) if name else None
@@ -270,9 +307,8 @@ class PVBinder(Reconciler):
 
     # -- claims
 
-    def _sync_claim(self, key: tuple[str, str]) -> None:
-        claim = self._claim(key)
-        if claim is None or _deleting(claim):
+    def _sync_claim(self, claim: Obj) -> None:
+        if _deleting(claim):
             return
         spec = claim.get("spec", {})
         volume_name = str(spec.get("volumeName") or "")
@@ -294,7 +330,7 @@ class PVBinder(Reconciler):
             return
         provisioner = str((storage_class or {}).get("provisioner") or "")
         if provisioner and provisioner != NO_PROVISIONER and (not delayed or selected):
-            self._ask_provisioner(claim, provisioner)
+            claim = self._ask_provisioner(claim, provisioner)
         self._set_claim_phase(claim, "Pending")
 
     def _sync_prebound_claim(self, claim: Obj, volume_name: str) -> None:
@@ -346,42 +382,53 @@ class PVBinder(Reconciler):
             selector = LabelSelector.from_object(cspec["selector"]) if cspec.get("selector") else None
         except SelectorError:
             return None
-        candidates: list[tuple[int, Fraction, str, Obj]] = []
+        waiting = delayed and node is None  # then only a volume pre-bound to the claim will do
+        wanted_class = str(cspec.get("storageClassName") or "")
+        candidates: list[tuple[int, int, str, Obj]] = []
         for volume in self.cluster.view("v1", "PersistentVolume"):
             vspec = volume.get("spec", {})
-            capacity = _storage(vspec.get("capacity"))
-            if capacity < request or _deleting(volume):
+            if vspec.get("claimRef"):
+                if _bound_to(volume, claim) and self._fits(volume, cspec, request):
+                    return volume if self._fits_node(vspec, node) else None
                 continue
-            if vspec.get("volumeMode", "Filesystem") != cspec.get("volumeMode", "Filesystem"):
+            if waiting or _phase(volume) != "Available" or str(vspec.get("storageClassName") or "") != wanted_class:
                 continue
-            fits_node = node is None or node_selector_matches(
-                (vspec.get("nodeAffinity") or {}).get("required"), node[1], node[0]
-            )
-            if _bound_to(volume, claim):
-                return volume if fits_node else None
-            if vspec.get("claimRef") or (delayed and node is None) or _phase(volume) != "Available":
+            modes = vspec.get("accessModes") or ()
+            if not wanted_modes.issubset(modes) or not self._fits(volume, cspec, request):
                 continue
             if selector is not None and not selector.matches(volume["metadata"].get("labels")):
                 continue
-            if str(vspec.get("storageClassName") or "") != str(cspec.get("storageClassName") or ""):
-                continue
-            modes = set(vspec.get("accessModes") or [])
-            if not fits_node or not wanted_modes <= modes:
-                continue
-            candidates.append((len(modes), capacity, str(volume["metadata"]["name"]), volume))
+            if self._fits_node(vspec, node):
+                candidates.append((len(modes), _storage(vspec.get("capacity")), volume["metadata"]["name"], volume))
         return min(candidates, key=lambda c: c[:3])[3] if candidates else None
 
-    def _ask_provisioner(self, claim: Obj, provisioner: str) -> None:
+    @staticmethod
+    def _fits(volume: Obj, cspec: Obj, request: int) -> bool:
+        """Capacity, volume mode and not being deleted: checked for pre-bound volumes too."""
+        vspec = volume.get("spec", {})
+        return (
+            vspec.get("volumeMode", "Filesystem") == cspec.get("volumeMode", "Filesystem")
+            and _storage(vspec.get("capacity")) >= request
+            and not _deleting(volume)
+        )
+
+    @staticmethod
+    def _fits_node(vspec: Obj, node: tuple[str, Mapping[str, str]] | None) -> bool:
+        """Node affinity counts only when a node was selected (delayed binding)."""
+        required = (vspec.get("nodeAffinity") or {}).get("required")
+        return node is None or node_selector_matches(required, node[1], node[0])
+
+    def _ask_provisioner(self, claim: Obj, provisioner: str) -> Obj:
         annotations = _annotations(claim)
         if annotations.get(ANN_STORAGE_PROVISIONER) == provisioner and (
             annotations.get(ANN_STORAGE_PROVISIONER_BETA) == provisioner
         ):
-            return
+            return claim
         new = copy.deepcopy(claim)
         ann = _meta(new).setdefault("annotations", {})
         ann[ANN_STORAGE_PROVISIONER] = provisioner
         ann[ANN_STORAGE_PROVISIONER_BETA] = provisioner
-        self.cluster.update(new)
+        return self.cluster.update(new)
 
     # -- binding
 
@@ -435,21 +482,18 @@ class PVBinder(Reconciler):
         self._write_status(claim, status)
 
     def _set_claim_phase(self, claim: Obj, phase: str) -> None:
-        fresh = self._claim(_key(claim))
-        if fresh is not None and _phase(fresh) != phase:
-            self._write_status(fresh, {**(fresh.get("status") or {}), "phase": phase})
+        if _phase(claim) != phase:
+            self._write_status(claim, {**(claim.get("status") or {}), "phase": phase})
 
     # -- volumes
 
-    def _sync_volume(self, name: str) -> None:
-        volume = self._volume(name)
-        if volume is None:
-            return
+    def _sync_volume(self, volume: Obj, claims: Mapping[tuple[str, str], Obj]) -> None:
+        name = volume["metadata"]["name"]
         ref = volume.get("spec", {}).get("claimRef")
         if not ref or not ref.get("uid"):
             self._set_volume_phase(volume, "Available")
             return
-        claim = self._claim((str(ref.get("namespace", "")), str(ref.get("name", ""))))
+        claim = claims.get((str(ref.get("namespace", "")), str(ref.get("name", ""))))
         if claim is None or claim["metadata"].get("uid") != ref.get("uid"):
             if _phase(volume) != "Failed":
                 self._set_volume_phase(volume, "Released")
@@ -468,9 +512,8 @@ class PVBinder(Reconciler):
         self._set_volume_phase(self.cluster.update(new), "Available")
 
     def _set_volume_phase(self, volume: Obj, phase: str) -> None:
-        fresh = self._volume(str(volume["metadata"]["name"]))
-        if fresh is not None and _phase(fresh) != phase:
-            self._write_status(fresh, {**(fresh.get("status") or {}), "phase": phase})
+        if _phase(volume) != phase:
+            self._write_status(volume, {**(volume.get("status") or {}), "phase": phase})
 
     def _write_status(self, obj: Obj, status: Obj) -> None:
         if obj.get("status") == status:
