@@ -440,6 +440,10 @@ def _discover_entry(
     claimed: set[str],
     out: Plan,
 ) -> None:
+    bad_name = _name_problem(entry.name)
+    if bad_name:
+        out.skipped.append(Skipped(entry.path, cls.name, bad_name, True))
+        return
     host_path = f"{cls.host_dir.rstrip('/')}/{entry.name}"
     name = pv_name(entry.name, world.node.name, cls.name)
     existing = by_name.get(name)
@@ -486,6 +490,18 @@ def _discover_entry(
     _set(journal, out, host_path, JournalEntry(name, cls.name, OFFERED, world.now))
     out.creates.append(CreatePV(pv, host_path, mode, entry.capacity))
     out.capacity[mode] += round_capacity(entry.capacity)
+
+
+def _name_problem(name: str) -> str | None:
+    """Entry names end up in ``spec.local.path`` and in the kubelet's mount calls: refuse
+    names that cannot travel as UTF-8 JSON unchanged or that hold control characters."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"entry name {name!a} is not valid UTF-8; rename it"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return f"entry name {name!a} contains control characters; rename it"
+    return None
 
 
 def _account_existing(pv: Obj, entry: Entry, out: Plan) -> None:

@@ -1,0 +1,257 @@
+"""Fault campaign for the node agent: a real agent process, real tmpfs volumes, tenants
+that write data, an API server that misbehaves, and `kill -9` at random instants.
+
+Each cycle turns on a random mix of API faults (dropped watches, 410 on resume, 20 % 5xx
+on writes, 409 storms, 300 ms latency, an API-server restart), lets simulated tenants
+claim, write to and release volumes, and kills the agent with SIGKILL at a random
+instant (then starts it again). Invariants are checked continuously, and any violation
+stops the campaign with an exception naming it:
+
+* ``duplicate``      - never two PVs for one volume path;
+* ``offered-dirty``  - a PV that becomes Available offers an empty volume (the previous
+  tenant's data was wiped first);
+* ``cleaned-while-bound`` - a tenant's data is never removed while its claim is bound;
+* ``eventually-clean`` - after the faults stop, every volume is offered again, empty.
+
+Used by ``tests/reliability`` (a few cycles) and ``benchmarks/reliability.py`` (the full
+run, whose figures go to docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from localpv.testing.apiserver import ApiServer
+from localpv.testing.hostfs import Mounter
+from localpv.testing.objects import claim, node, storage_class
+
+NODE = "campaign-node"
+CLASS = "local-fs"
+HOST_DIR = "/mnt/disks"
+FAULTS = ("drop-watches", "gone", "write-5xx", "conflicts", "latency", "restart")
+
+
+class Violation(AssertionError):
+    """An invariant did not hold."""
+
+    def __init__(self, invariant: str, detail: str) -> None:
+        super().__init__(f"{invariant}: {detail}")
+        self.invariant = invariant
+
+
+@dataclass
+class CampaignReport:
+    cycles: int = 0
+    kills: int = 0
+    tenants: int = 0
+    checks: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        faults = ", ".join(f"{k} x{v}" for k, v in sorted(self.faults.items()))
+        return (f"{self.cycles} cycles, {self.kills} SIGKILLs, {self.tenants} tenants served, "
+                f"{self.checks} invariant checks, faults: {faults}; {self.seconds:.0f} s")
+
+
+@dataclass
+class _Volume:
+    index: int
+    path: Path
+    state: str = "idle"  # idle -> claimed -> bound -> released -> idle
+    last_uid: str = ""
+    claim_name: str = ""
+    marker: Path | None = None
+    since: float = 0.0
+
+    @property
+    def host_path(self) -> str:
+        return f"{HOST_DIR}/v{self.index}"
+
+
+class AgentCampaign:
+    """One campaign; :meth:`run` returns a report or raises :class:`Violation`."""
+
+    def __init__(self, workdir: Path, *, volumes: int = 4, cycles: int = 5, cycle_seconds: float = 3.0,
+                 kill: bool = True, seed: int = 1, settle_timeout: float = 60.0) -> None:
+        self.workdir = workdir
+        self.cycles = cycles
+        self.cycle_seconds = cycle_seconds
+        self.kill = kill
+        self.rng = random.Random(seed)
+        self.settle_timeout = settle_timeout
+        self.server = ApiServer(binder=True)
+        self.server.faults.seed(seed)
+        self.mounter = Mounter()
+        self.volumes = [_Volume(i, workdir / "discovery" / f"v{i}") for i in range(volumes)]
+        self.report = CampaignReport()
+        self.agent: subprocess.Popen[bytes] | None = None
+        self._claims = 0
+
+    # ------------------------------------------------------------------ set-up
+
+    def _setup(self) -> list[str]:
+        self.server.start()
+        self.server.create(node(NODE))
+        self.server.create(storage_class(CLASS))
+        for volume in self.volumes:
+            self.mounter.tmpfs(volume.path, size=4 << 20)
+        kubeconfig = self.workdir / "kubeconfig"
+        self.server.write_kubeconfig(str(kubeconfig))
+        config = self.workdir / "config.yaml"
+        config.write_text(yaml.safe_dump({"storageClassMap": {CLASS: {
+            "hostDir": HOST_DIR, "mountDir": str(self.workdir / "discovery")}}}))
+        return [sys.executable, "-m", "localpv", "agent", "--config", str(config), "--node", NODE,
+                "--kubeconfig", str(kubeconfig), "--listen-address", "127.0.0.1:0",
+                "--state-dir", str(self.workdir / "state"), "--discovery-period", "1s"]
+
+    def _start_agent(self, argv: list[str]) -> None:
+        log = open(self.workdir / "agent.log", "ab")  # noqa: SIM115 - handed to the child
+        self.agent = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def _kill_agent(self) -> None:
+        if self.agent is not None and self.agent.poll() is None:
+            self.agent.send_signal(signal.SIGKILL)
+            self.agent.wait(10)
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> CampaignReport:
+        started = time.monotonic()
+        argv = self._setup()
+        try:
+            self._start_agent(argv)
+            for _ in range(self.cycles):
+                self._cycle(argv)
+                self.report.cycles += 1
+            self.server.faults.reset()
+            self._settle()
+        finally:
+            self._kill_agent()
+            self.server.stop()
+            self.mounter.umount_all()
+            self.report.seconds = time.monotonic() - started
+        return self.report
+
+    def _cycle(self, argv: list[str]) -> None:
+        faults = self.rng.sample(FAULTS, k=self.rng.randint(1, 3))
+        self._apply_faults(faults)
+        kill_at = time.monotonic() + self.rng.uniform(0.2, self.cycle_seconds) if self.kill else None
+        end = time.monotonic() + self.cycle_seconds
+        next_drop = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            self._tick()
+            now = time.monotonic()
+            if "drop-watches" in faults and now >= next_drop:
+                self.server.faults.drop_watches(abrupt=self.rng.random() < 0.5)
+                next_drop = now + 1.0
+            if kill_at is not None and now >= kill_at:
+                self._kill_agent()
+                self.report.kills += 1
+                self._tick()
+                self._start_agent(argv)
+                kill_at = None
+            threading.Event().wait(0.02)
+        self.server.faults.reset()
+
+    def _apply_faults(self, faults: list[str]) -> None:
+        f = self.server.faults
+        for name in faults:
+            self.report.faults[name] += 1
+            if name == "gone":
+                f.forget_history()
+                f.drop_watches()
+            elif name == "write-5xx":
+                for verb in ("create", "update", "patch", "delete"):
+                    f.error_rate(verb, 0.2, code=500)
+            elif name == "conflicts":
+                f.conflict_storm(0.3)
+            elif name == "latency":
+                f.latency(0.3)
+            elif name == "restart":
+                self.server.restart()
+
+    # ------------------------------------------------------------------ tenants and invariants
+
+    def _pvs_by_path(self) -> dict[str, list[dict[str, Any]]]:
+        found: dict[str, list[dict[str, Any]]] = {}
+        for pv in self.server.list("v1", "PersistentVolume"):
+            found.setdefault(pv["spec"]["local"]["path"], []).append(pv)
+        return found
+
+    def _tick(self) -> None:
+        pvs = self._pvs_by_path()
+        self.report.checks += 1
+        for path, items in pvs.items():
+            if len(items) > 1:
+                raise Violation("duplicate", f"{path}: {[p['metadata']['name'] for p in items]}")
+        for volume in self.volumes:
+            found = pvs.get(volume.host_path)
+            self._advance(volume, found[0] if found else None)
+
+    def _advance(self, volume: _Volume, pv: dict[str, Any] | None) -> None:
+        phase = (pv or {}).get("status", {}).get("phase")
+        uid = (pv or {}).get("metadata", {}).get("uid", "")
+        if volume.state == "bound" and volume.marker is not None and not volume.marker.exists():
+            raise Violation("cleaned-while-bound", f"{volume.host_path}: data of {volume.claim_name} vanished")
+        if volume.state in ("idle", "released") and phase == "Available" and uid != volume.last_uid:
+            left = os.listdir(volume.path)
+            if left:
+                raise Violation("offered-dirty", f"{volume.host_path} offered as {uid} still holds {left}")
+            volume.last_uid, volume.state = uid, "idle"
+            self._claim(volume)
+        elif volume.state == "claimed" and phase == "Bound" and \
+                (pv or {}).get("spec", {}).get("claimRef", {}).get("name") == volume.claim_name:
+            volume.marker = volume.path / f"data-{volume.claim_name}"
+            volume.marker.write_text("tenant data\n")
+            volume.state, volume.since = "bound", time.monotonic()
+            self.report.tenants += 1
+        elif volume.state == "bound" and time.monotonic() - volume.since > self.rng.uniform(0.1, 0.6):
+            self.server.delete("v1", "PersistentVolumeClaim", volume.claim_name, "default")
+            volume.state, volume.marker = "released", None
+
+    def _claim(self, volume: _Volume) -> None:
+        self._claims += 1
+        volume.claim_name = f"c{volume.index}-{self._claims}"
+        pvc = claim(volume.claim_name, CLASS, selected_node=NODE)
+        pvc["spec"]["volumeName"] = str(self._pvs_by_path()[volume.host_path][0]["metadata"]["name"])
+        self.server.create(pvc)
+        volume.state = "claimed"
+
+    def _settle(self) -> None:
+        """With the faults off, every volume must come back empty and Available."""
+        deadline = time.monotonic() + self.settle_timeout
+        while True:
+            pvs = self._pvs_by_path()
+            pending = []
+            for volume in self.volumes:
+                pv = (pvs.get(volume.host_path) or [{}])[0]
+                phase = pv.get("status", {}).get("phase")
+                if volume.state == "bound" or (volume.state == "claimed" and phase == "Bound"):
+                    self.server.delete("v1", "PersistentVolumeClaim", volume.claim_name, "default")
+                    volume.state, volume.marker = "released", None
+                elif volume.state == "released" and phase == "Available":
+                    uid = pv["metadata"]["uid"]
+                    if uid != volume.last_uid and os.listdir(volume.path):
+                        raise Violation("offered-dirty", f"{volume.host_path} offered as {uid} still dirty")
+                    volume.state, volume.last_uid = "idle", uid
+                if volume.state != "idle" or phase != "Available" or os.listdir(volume.path):
+                    pending.append(f"{volume.host_path}: {volume.state}/{phase}")
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise Violation("eventually-clean", f"not Available and empty in time: {pending}")
+            threading.Event().wait(0.05)
