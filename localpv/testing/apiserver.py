@@ -828,8 +828,12 @@ class JobStrategy(Strategy):
 class WorkloadStrategy(Strategy):
     """Deployments and DaemonSets: a selector that matches the template, and is immutable."""
 
-    def __init__(self, defaults: Obj) -> None:
+    def __init__(self, defaults: Obj, status: Obj | None = None) -> None:
         self.defaults = defaults
+        self.status = status or {}
+
+    def initial_status(self, obj: Obj) -> Obj:
+        return copy.deepcopy(self.status)
 
     def default(self, obj: Obj) -> None:
         spec = _spec(obj)
@@ -1034,7 +1038,8 @@ STRATEGIES: dict[tuple[str, str], Strategy] = {
     ("apps/v1", "DaemonSet"): WorkloadStrategy({
         "revisionHistoryLimit": 10,
         "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
-    }),
+    }, status={"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
+               "numberReady": 0}),  # non-omitempty ints: clients require them
     **{("rbac.authorization.k8s.io/v1", kind): _RBAC
        for kind in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")},
 }
