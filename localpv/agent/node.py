@@ -139,6 +139,7 @@ class NodeAgent:
         self._host_events: Any = None
         self._first_seen: dict[str, float] = {}
         self.collisions: dict[str, str] = {}
+        self._taint_removed = False
         self.node: NodeInfo | None = None
         self.provisioner = ""
         self.last_plan: Plan | None = None
@@ -366,6 +367,8 @@ class NodeAgent:
         self.execute(result, world.config)
         self.last_plan = result
         self.ready = result.ready
+        if result.ready and world.config.remove_node_not_ready_taint and not self._taint_removed:
+            self._taint_removed = self.remove_startup_taint(world.config.provisioner_not_ready_node_taint_key)
         self.passes += 1
         self.last_pass_at = self.clock.monotonic()
         for mode, total in result.capacity.items():
@@ -527,6 +530,30 @@ class NodeAgent:
             log.info("adopted PV %s (added label %s=%s)", name, NODE_LABEL_KEY, value)
         except ApiError as err:
             log.warning("cannot label PV %s: %s", name, err)
+
+    def remove_startup_taint(self, key: str) -> bool:
+        """Drop the node's "agent not ready" taint once discovery is ready (upstream #501,
+        whose loop condition never lets it run). True when the taint is gone."""
+        assert self.node is not None
+        if not key:
+            return True
+        for _ in range(5):
+            try:
+                node = self.api.get(NODES, self.node.name)
+                taints = (node.get("spec") or {}).get("taints") or []
+                kept = [t for t in taints if t.get("key") != key]
+                if len(kept) == len(taints):
+                    return True
+                node["spec"]["taints"] = kept
+                self.api.replace(NODES, node)
+                log.info("removed taint %s from node %s", key, self.node.name)
+                return True
+            except Conflict:
+                continue  # the node changed under us: read it again
+            except ApiError as err:
+                log.warning("cannot remove taint %s: %s", key, err)
+                return False
+        return False
 
     # ------------------------------------------------------------------ adoption
 

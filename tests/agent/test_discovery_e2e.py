@@ -185,3 +185,21 @@ def test_pvs_of_other_nodes_never_reach_the_cache(agent_env: AgentEnv) -> None:
                if r.resource == "persistentvolumes" and r.verb in ("list", "watch") and "labelSelector" in r.query]
     assert watches, "the PV informer must select on the server"
     assert PERSISTENT_VOLUMES.plural == "persistentvolumes"
+
+
+def test_startup_taint_is_removed_once_discovery_is_ready(agent_env: AgentEnv, mounter: Mounter) -> None:
+    key = "localpv.dev/agent-not-ready"
+    node = agent_env.apiserver.get("v1", "Node", NODE)
+    assert node is not None
+    taints = [{"key": key, "effect": "NoSchedule"}, {"key": "other", "effect": "NoSchedule"}]
+    node.setdefault("spec", {})["taints"] = taints
+    agent_env.apiserver.update(node)
+    (agent_env.fs_dir / "plain").mkdir()  # not ready while this is here
+    agent = agent_env.start_agent(agent_env.config(removeNodeNotReadyTaint=True,
+                                                   provisionerNotReadyNodeTaintKey=key))
+    wait_for(lambda: agent.passes >= 1, timeout=5)
+    assert [t["key"] for t in agent_env.apiserver.get("v1", "Node", NODE)["spec"]["taints"]] == [key, "other"]
+    (agent_env.fs_dir / "plain").rmdir()
+    agent.reconcile_once()
+    taints = agent_env.apiserver.get("v1", "Node", NODE)["spec"]["taints"]  # type: ignore[index]
+    assert [t["key"] for t in taints] == ["other"]
