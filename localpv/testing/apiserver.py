@@ -175,6 +175,8 @@ RESOURCES: tuple[ResourceType, ...] = (
     _R("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), status=True),
     _R("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
        verbs=("create",)),
+    # The prometheus-operator CRD, as if installed: charts (ours included) create ServiceMonitors.
+    _R("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True, ("smon",)),
 )
 del _R
 
