@@ -1,0 +1,144 @@
+{{/*
+Names. The release's full name is used as a prefix for every object; it is the release
+name alone when that already contains the chart name, as most charts do.
+*/}}
+{{- define "localpv.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "localpv.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "localpv.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object; `labels` is nfs-subdir's value for extra labels.
+Called with (dict "root" $ "component" "agent").
+*/}}
+{{- define "localpv.labels" -}}
+helm.sh/chart: {{ include "localpv.chart" .root }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+{{ include "localpv.selectorLabels" . }}
+{{- with .root.Values.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The immutable subset used in workload selectors; the component keeps the agent,
+NFS and node-cleanup pods apart. */}}
+{{- define "localpv.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "localpv.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+Which workloads run. The node agent runs unless `agent.enabled` says otherwise; left
+unset (null) it runs only when this is not an NFS release, so an nfs-subdir values
+file installs the NFS provisioner alone, and a local-static values file the agent alone.
+*/}}
+{{- define "localpv.agentEnabled" -}}
+{{- if kindIs "bool" .Values.agent.enabled }}
+{{- if .Values.agent.enabled }}true{{ end }}
+{{- else if not (include "localpv.nfsEnabled" .) }}true
+{{- end }}
+{{- end }}
+
+{{- define "localpv.nfsEnabled" -}}
+{{- if or .Values.nfs.server .Values.buildMode }}true{{ end }}
+{{- end }}
+
+{{/* The service account of the agent and the NFS provisioner (one, as in both upstream charts). */}}
+{{- define "localpv.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "localpv.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image: upstream local-static writes one string (rendered as a template, so
+"{{ .Chart.AppVersion }}" works); nfs-subdir writes {repository, tag, pullPolicy}.
+Both are accepted. The cleanup Jobs use the same image (JOB_CONTAINER_IMAGE).
+*/}}
+{{- define "localpv.image" -}}
+{{- if kindIs "map" .Values.image }}
+{{- printf "%s:%s" .Values.image.repository (toString (default .Chart.AppVersion .Values.image.tag)) }}
+{{- else }}
+{{- tpl .Values.image . }}
+{{- end }}
+{{- end }}
+
+{{- define "localpv.imagePullPolicy" -}}
+{{- if and (kindIs "map" .Values.image) .Values.image.pullPolicy }}
+{{- .Values.image.pullPolicy }}
+{{- else }}
+{{- .Values.imagePullPolicy | default "" }}
+{{- end }}
+{{- end }}
+
+{{/* A class's directory inside the agent container (upstream: hostDir when unset). */}}
+{{- define "localpv.mountDir" -}}
+{{- default .hostDir .mountDir }}
+{{- end }}
+
+{{/*
+The agent container's securityContext. A non-empty `securityContext` is used whole,
+except that `privileged` (upstream's legacy toggle) and `runAsUser: 0` are merged in
+when it does not set them: the image's default user is unprivileged, and the agent
+must be root to read every volume, delete tenants' files and open block devices.
+*/}}
+{{- define "localpv.agentSecurityContext" -}}
+{{- $ctx := dict "privileged" .Values.privileged "runAsUser" 0 }}
+{{- if kindIs "map" .Values.securityContext }}
+{{- $ctx = merge (deepCopy .Values.securityContext) $ctx }}
+{{- end }}
+{{- toYaml $ctx }}
+{{- end }}
+
+{{/* The NFS provisioner's PROVISIONER_NAME: keep the old one when migrating (the
+StorageClass's provisioner field is immutable and every existing PV names it). */}}
+{{- define "localpv.nfsProvisionerName" -}}
+{{- default (printf "cluster.local/%s" (include "localpv.fullname" .)) .Values.storageClass.provisionerName }}
+{{- end }}
+
+{{/* Pull secrets accept both `- name: x` entries and plain names. */}}
+{{- define "localpv.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+{{- if kindIs "string" . }}
+  - name: {{ . }}
+{{- else }}
+  - {{ toYaml . | nindent 4 | trim }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Refuse what this chart does not do, with the reason, instead of rendering something wrong. */}}
+{{- define "localpv.refusals" -}}
+{{- if .Values.enableWindows }}
+{{- fail "enableWindows: localpv has no Windows agent; keep the upstream chart's Windows DaemonSet for Windows nodes, or set enableWindows=false" }}
+{{- end }}
+{{- if .Values.podSecurityPolicy.enabled }}
+{{- fail "podSecurityPolicy.enabled: PodSecurityPolicy was removed in Kubernetes 1.25; set it to false and use Pod Security admission" }}
+{{- end }}
+{{- if and (include "localpv.agentEnabled" .) (not .Values.classes) }}
+{{- fail "classes: the node agent needs at least one class (name and hostDir); set agent.enabled=false to run only the NFS provisioner" }}
+{{- end }}
+{{- end }}

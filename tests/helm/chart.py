@@ -1,0 +1,95 @@
+"""Installing the chart with real Helm into API emulators, and reading what it created."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from localpv.testing.apiserver import ApiServer
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "localpv"
+CI_VALUES = CHART / "ci"
+RUNNER = Path(__file__).with_name("helm_runner.py")
+NAMESPACE = "storage"
+RELEASE = "lp"
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Install:
+    """One `helm install` into its own emulator: the values in, the outcome out."""
+
+    values: dict[str, Any]
+    server: ApiServer = field(default_factory=lambda: ApiServer(binder=True))
+    release: str = RELEASE
+    namespace: str = NAMESPACE
+    error: str | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def manifests(self) -> list[Obj]:
+        """The rendered objects, as Helm sent them (before the server's defaulting)."""
+        return [doc for doc in yaml.safe_load_all(self.result.get("manifest", "")) if doc]
+
+    @property
+    def notes(self) -> str:
+        return str((self.result.get("info") or {}).get("notes") or "")
+
+    def rendered(self, kind: str, name: str | None = None) -> list[Obj]:
+        return [o for o in self.manifests if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+    def one(self, api_version: str, kind: str, name: str | None = None) -> Obj:
+        """The single stored object of a kind (or of that name) in the emulator."""
+        found = [o for o in self.server.list(api_version, kind)
+                 if name is None or o["metadata"]["name"] == name]
+        assert len(found) == 1, f"expected one {kind} {name or ''}, found {[o['metadata']['name'] for o in found]}"
+        return found[0]
+
+
+def load_values(name: str) -> dict[str, Any]:
+    with open(CI_VALUES / name, encoding="utf-8") as f:
+        return yaml.safe_load(f) or {}
+
+
+def run_helm(python: Path, installs: Sequence[Install], workdir: Path) -> None:
+    """Run every install in one Helm process (each against its own emulator)."""
+    actions = []
+    for i, inst in enumerate(installs):
+        inst.server.start()
+        inst.server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": inst.namespace}})
+        kubeconfig = inst.server.write_kubeconfig(workdir / f"kubeconfig-{i}", namespace=inst.namespace)
+        actions.append({"op": "install", "kubeconfig": str(kubeconfig), "namespace": inst.namespace,
+                        "release": inst.release, "chart": str(CHART), "values": inst.values})
+    outcomes = _run(python, actions, workdir)
+    for inst, outcome in zip(installs, outcomes, strict=True):
+        if outcome["ok"]:
+            inst.result = outcome["result"]
+        else:
+            inst.error = outcome["error"]
+
+
+def lint(python: Path, workdir: Path) -> dict[str, Any]:
+    [outcome] = _run(python, [{"op": "lint", "chart": str(CHART)}], workdir)
+    assert outcome["ok"], outcome["error"]
+    return dict(outcome["result"])
+
+
+def _run(python: Path, actions: list[dict[str, Any]], workdir: Path) -> list[dict[str, Any]]:
+    # HELM_DRIVER must be in the environment when the process starts (Go reads it once);
+    # Helm's own config and cache stay out of the user's home.
+    env = dict(os.environ, HELM_DRIVER="memory", HELM_CACHE_HOME=str(workdir / "helm-cache"),
+               HELM_CONFIG_HOME=str(workdir / "helm-config"), HELM_DATA_HOME=str(workdir / "helm-data"))
+    proc = subprocess.run([str(python), str(RUNNER)], input=json.dumps(actions), capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert proc.returncode == 0, f"helm runner exited {proc.returncode}: {proc.stderr[-3000:]}"
+    outcomes: list[dict[str, Any]] = json.loads(proc.stdout)
+    return outcomes
