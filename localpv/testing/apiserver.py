@@ -8,10 +8,16 @@ semantics and their ``metav1.Status`` bodies, list/watch with selectors, paging 
 the status subresource, finalizers, preconditions, owner-reference garbage collection, and a
 PV binder standing in for kube-controller-manager (see :mod:`localpv.testing.binder`).
 
-Knowing simplifications (each documented where it is implemented):
+For kubectl it also serves server-side tables (the columns of ``kubectl get``) and minimal
+OpenAPI documents: v3 for kubectl >= 1.29 and a protobuf v2 for older ones, carrying only
+what kubectl reads to let the server validate fields, which ``kubectl apply`` requires.
+
+Known simplifications (each documented where it is implemented):
 
 * storage is in memory; a list page past the first is served from a snapshot rebuilt from
-  the watch history (as etcd would serve it) and expires with that history;
+  the watch history (as etcd would serve it) and expires with that history, which keeps at
+  least ``history_limit`` of the most recent changes;
+* every kind gets ``metadata.generation`` (the real server sets it only for some);
 * server-side apply creates the object or strategically merges the applied configuration
   into it; there is no field ownership, no removal of fields dropped from the configuration
   and no apply conflicts;
@@ -75,7 +81,6 @@ __all__ = [
 ]
 
 Obj = dict[str, Any]
-Key = tuple["ResourceType", str]
 
 KUBE_VERSION = "1.31.0"
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
@@ -1355,6 +1360,7 @@ def _content(obj: Obj) -> Obj:
 
 _NAME_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _OMITTED_WHEN_EMPTY = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields")
+_IMMORTAL_NAMESPACES = ("default", "kube-system", "kube-public")  # NamespaceLifecycle admission
 
 
 class Store:
@@ -1531,8 +1537,8 @@ class Store:
                 else:
                     nm.pop(name, None)
             nm.pop("managedFields", None)
-            nm.setdefault("uid", om["uid"])
-            nm["uid"] = nm["uid"] or om["uid"]
+            if not nm.get("uid"):
+                nm["uid"] = om["uid"]
             strategy.prepare_update(new, old)
         strategy.default(new)
         errs = FieldErrors()
@@ -1612,6 +1618,8 @@ class Store:
             old = self._objects[rt].get(key)
             if old is None:
                 raise ApiError.not_found(rt, name)
+            if rt is NAMESPACES and name in _IMMORTAL_NAMESPACES:
+                raise ApiError.forbidden(rt, name, "this namespace may not be deleted")
             self._check_preconditions(rt, name, old, options)
             new = copy.deepcopy(old)
             meta = new["metadata"]
@@ -2473,12 +2481,16 @@ class Faults:
         """End every open watch stream now: cleanly (end of body), or by cutting the connection."""
         self._server.end_watches(abrupt)
 
+    @staticmethod
+    def _check_rate(rate: float) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"rate must be between 0 and 1, not {rate}")
+
     def error_rate(self, verb: str, rate: float, code: int = 500) -> None:
         """Fail this fraction of requests of a verb with ``code`` (429 comes with Retry-After)."""
         if verb not in FAULT_VERBS:
             raise ValueError(f"verb must be one of {', '.join(FAULT_VERBS)}, not {verb!r}")
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError("rate must be between 0 and 1")
+        self._check_rate(rate)
         with self._lock:
             if rate:
                 self._errors[verb] = (rate, code)
@@ -2496,8 +2508,7 @@ class Faults:
 
     def conflict_storm(self, rate: float) -> None:
         """Fail this fraction of updates and patches with 409 Conflict."""
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError("rate must be between 0 and 1")
+        self._check_rate(rate)
         with self._lock:
             self._conflicts = rate
 
@@ -2641,16 +2652,20 @@ def _openapi_root() -> Obj:
     return {"paths": paths}
 
 
+def _patch_paths(group_version: tuple[str, str] | None = None) -> Iterator[tuple[ResourceType, str]]:
+    """Each patchable resource with the path template of its objects, as OpenAPI names them."""
+    for rt in RESOURCES:
+        if "patch" in rt.verbs and group_version in (None, (rt.group, rt.version)):
+            yield rt, rt.path("{namespace}" if rt.namespaced else None, "{name}")
+
+
 def _openapi_document(group: str, version: str) -> Obj:
     """A minimal OpenAPI v3 document: only the PATCH operations and their ``fieldValidation``
     parameter, which is what kubectl looks for to use server-side field validation instead
     of downloading schemas (the emulator has none; kubectl then builds patches from its
     compiled-in types)."""
     paths: Obj = {}
-    for rt in RESOURCES:
-        if (rt.group, rt.version) != (group, version) or "patch" not in rt.verbs:
-            continue
-        item = rt.path("{namespace}" if rt.namespaced else None, "{name}")
+    for rt, item in _patch_paths((group, version)):
         paths[item] = {"patch": {
             "operationId": f"patch{rt.kind}",
             "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
@@ -2689,15 +2704,12 @@ def _openapi_v2_protobuf() -> bytes:
     validates fields itself; without it, ``kubectl apply`` refuses to run.
     """
     items = []
-    for rt in RESOURCES:
-        if "patch" not in rt.verbs:
-            continue
+    for rt, path in _patch_paths():
         gvk = f'group: "{rt.group}"\nkind: {rt.kind}\nversion: {rt.version}\n'
         query_param = _pb(3, _pb(2, "query"), _pb(4, "fieldValidation"), _pb(6, "string"))
         parameter = _pb(8, _pb(1, _pb(2, query_param)))  # ParametersItem > Parameter > NonBodyParameter
         extension = _pb(13, _pb(1, "x-kubernetes-group-version-kind"), _pb(2, _pb(2, gvk)))
         operation = _pb(5, f"patch{rt.kind}") + parameter + extension
-        path = rt.path("{namespace}" if rt.namespaced else None, "{name}")
         items.append(_pb(2, _pb(1, path), _pb(2, _pb(8, operation))))  # Paths.path: NamedPathItem
     return _pb(1, "2.0") + _pb(2, _pb(1, "Kubernetes"), _pb(2, f"v{KUBE_VERSION}")) + _pb(8, *items)
 
@@ -2818,7 +2830,7 @@ class Dispatcher:
                 try:
                     return self.store.snapshot(route.rt, token_rv, route.namespace), token_rv, start.rstrip("\x00")
                 except ApiError:
-                    raise self._continue_expired(start) from None
+                    raise self._continue_expired() from None
             rv = self._parse_rv(rv_text)
             if match not in (None, "Exact", "NotOlderThan"):
                 raise ApiError(422, f'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Unsupported '
@@ -2834,15 +2846,14 @@ class Dispatcher:
                 return self.store.snapshot(route.rt, rv, route.namespace), rv, ""
             return self.store.items(route.rt, route.namespace), self.store.rv, ""
 
-    def _continue_expired(self, start: str) -> ApiError:
-        err = ApiError.expired(
+    @staticmethod
+    def _continue_expired() -> ApiError:
+        return ApiError.expired(
             "The provided continue parameter is too old to display a consistent list result. You can start a new "
             "list without the continue parameter, or use the continue token in this response to retrieve the "
             "remainder of the results. Continuing with the provided token results in an inconsistent list - "
             "objects that were created, modified, or deleted between the time the first chunk was returned and "
             "now may show up in the list.")
-        err.details = None
-        return err
 
     @staticmethod
     def _parse_rv(text: str | None) -> int | None:
