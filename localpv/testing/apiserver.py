@@ -3206,6 +3206,11 @@ class ApiServer:
                     raise TimeoutError("the emulator's controllers did not settle")
                 self.store.changed.wait(min(remaining, 0.05))
 
+    @property
+    def controller_failures(self) -> list[str]:
+        """Exceptions raised by controller passes (an emulator bug; tests should assert none)."""
+        return [f"{c.name}: {failure}" for c in self._controllers for failure in c.failures]
+
     def version_info(self) -> Obj:
         """The ``/version`` document (kubectl's dispatcher picks its kubectl from it)."""
         major, minor = self.kube_version.split(".")[:2]

@@ -45,6 +45,7 @@ def srv() -> Iterator[ApiServer]:
         yield server
     finally:
         server.stop()
+    assert server.controller_failures == []
 
 
 @pytest.fixture
