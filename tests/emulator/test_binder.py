@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kubernetes import client
 
 from localpv.testing.apiserver import ApiServer
@@ -173,3 +177,28 @@ def test_the_default_class_is_assigned_to_claims_without_one(srv: ApiServer) -> 
     assert created["spec"]["storageClassName"] == "standard"
     explicit = srv.create(pvc("none", cls=""))
     assert explicit["spec"]["storageClassName"] == ""
+
+
+SIZES = {"1Gi": 1 << 30, "2Gi": 2 << 30, "500Mi": 500 << 20, "1500Mi": 1500 << 20, "3G": 3 * 10**9}
+MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany")
+volume_specs = st.lists(st.tuples(st.sampled_from(sorted(SIZES)),
+                                  st.sets(st.sampled_from(MODES), min_size=1)), max_size=6)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(volumes=volume_specs, request=st.sampled_from(sorted(SIZES)),
+       wanted=st.sets(st.sampled_from(MODES), min_size=1, max_size=2))
+def test_the_choice_matches_the_reference_rule(srv: ApiServer, volumes: list[tuple[str, set[str]]],
+                                               request: str, wanted: set[str]) -> None:
+    """Fewest sufficient access modes first, then the smallest capacity, then the name."""
+    cls = f"c{next(EXAMPLE)}"  # a class per example keeps examples apart on one server
+    for i, (size, modes) in enumerate(volumes):
+        srv.create(pv(f"{cls}-pv{i}", size, cls=cls, modes=tuple(sorted(modes))))
+    srv.settle()
+    srv.create(pvc(cls, request, cls=cls, modes=tuple(sorted(wanted))))
+    fitting = [(len(modes), SIZES[size], f"{cls}-pv{i}") for i, (size, modes) in enumerate(volumes)
+               if wanted <= modes and SIZES[size] >= SIZES[request]]
+    assert bound_volume(srv, cls) == (min(fitting)[2] if fitting else None)
+
+
+EXAMPLE = itertools.count()
