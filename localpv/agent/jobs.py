@@ -101,7 +101,9 @@ def build_cleanup_job(
                         "image": image,
                         "command": command,
                         "env": env,
-                        "securityContext": {"privileged": True},
+                        # root: the image's default user is unprivileged (it serves node
+                        # cleanup as is), and wiping a device or tenants' files needs root.
+                        "securityContext": {"privileged": True, "runAsUser": 0},
                         "volumeMounts": mounts,
                     }],
                     "volumes": volumes,
