@@ -1393,6 +1393,7 @@ class Store:
         return f"{namespace}/{name}" if rt.namespaced else name
 
     def peek(self, rt: ResourceType, namespace: str | None, name: str) -> Obj | None:
+        """The stored object itself (no copy: callers must not modify it)."""
         with self.lock:
             return self._objects[rt].get(self.key(rt, namespace, name))
 
@@ -1409,11 +1410,13 @@ class Store:
         return [objects[k] for k in sorted(objects) if k.startswith(prefix)]
 
     def by_uid(self, uid: str) -> Obj | None:
+        """Owner references name owners by uid; the garbage collector looks them up here."""
         with self.lock:
             where = self._uids.get(uid)
             return self._objects[where[0]].get(where[1]) if where else None
 
     def changed_since(self, rts: Iterable[ResourceType], rv: int) -> bool:
+        """Whether any of these resources was written after ``rv`` (lets controllers skip passes)."""
         with self.lock:
             return any(self._last_change.get(rt, 0) > rv for rt in rts)
 
@@ -1428,6 +1431,7 @@ class Store:
             return self._history[start:]
 
     def too_old(self, rv: int) -> ApiError:
+        """The 410 a resume from a forgotten version gets, worded like the real watch cache."""
         return ApiError.expired(f"too old resource version: {rv} ({self._floor + 1})")
 
     def snapshot(self, rt: ResourceType, rv: int, namespace: str | None) -> list[Obj]:
@@ -1456,6 +1460,7 @@ class Store:
     # -- writes
 
     def create(self, rt: ResourceType, namespace: str | None, body: Any, dry_run: bool = False) -> Obj:
+        """POST: admission (namespace exists), server-set metadata, defaults, validation, 409."""
         obj = self._decoded(rt, body)
         meta = _meta_of(obj)
         self._place(rt, namespace, meta)
@@ -1496,6 +1501,7 @@ class Store:
         subresource: str | None = None,
         dry_run: bool = False,
     ) -> Obj:
+        """PUT (or a patch's result): optimistic concurrency, status rules, immutability, no-ops."""
         obj = self._decoded(rt, body)
         meta = _meta_of(obj)
         if meta.get("name") and meta["name"] != name:
@@ -1670,6 +1676,7 @@ class Store:
             self._write(NAMESPACES, key, new, old)
 
     def allocate_cluster_ip(self) -> str:
+        """A fresh service IP (clients and kubectl expect services to have one)."""
         with self.lock:
             self._next_ip += 1
             return f"10.96.{self._next_ip // 250}.{self._next_ip % 250 + 1}"
@@ -2558,10 +2565,12 @@ class RequestLog:
         self._records: list[RequestRecord] = []
 
     def record(self, record: RequestRecord) -> None:
+        """Append one served request."""
         with self._lock:
             self._records.append(record)
 
     def records(self) -> list[RequestRecord]:
+        """A snapshot of the log, oldest first."""
         with self._lock:
             return list(self._records)
 
@@ -2592,6 +2601,7 @@ class RequestLog:
         return Counter((r.verb, r.resource) for r in self.records())
 
     def clear(self) -> None:
+        """Forget what was served so far (to count the calls of one phase of a test)."""
         with self._lock:
             self._records.clear()
 
@@ -2722,6 +2732,7 @@ class Dispatcher:
         self.store = server.store
 
     def handle(self, req: HttpRequest, info: RequestInfo) -> HttpResponse | WatchStream:
+        """Answer one request (raises ApiError for failures); ``info`` is filled for the log."""
         delay = self.server.faults.delay()
         if delay:
             time.sleep(delay)
@@ -2978,6 +2989,7 @@ class _HTTPServer(ThreadingHTTPServer):
         super().shutdown_request(request)
 
     def cut_connections(self) -> None:
+        """Shut every open connection: keep-alive clients and watches notice the server is gone."""
         with self._conn_lock:
             connections = list(self._connections)
         for conn in connections:
@@ -3140,6 +3152,7 @@ class ApiServer:
 
     @property
     def url(self) -> str:
+        """``http://127.0.0.1:<port>``: plain HTTP, no credentials (clients need none)."""
         return f"http://{self._host}:{self._port}"
 
     def start(self) -> ApiServer:
@@ -3259,6 +3272,7 @@ class ApiServer:
         return copy.deepcopy(self.store.create(rt, namespace, obj))
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Obj | None:
+        """A copy of the object, or None (no 404: tests poll for absence with it)."""
         rt = resource_for(api_version, kind)
         obj = self.store.peek(rt, namespace if rt.namespaced else None, name)
         return copy.deepcopy(obj) if obj is not None else None
@@ -3309,6 +3323,7 @@ class ApiServer:
             self._denials.clear()
 
     def is_allowed(self, verb: str, group: str, resource: str, namespace: str | None, subresource: str = "") -> bool:
+        """What authorization answers for a request or a SelfSubjectAccessReview."""
         def hit(pattern: str | None, value: str | None) -> bool:
             return pattern is None or pattern in ("*", value or "")
 

@@ -109,3 +109,18 @@ def test_send_initial_events_ends_with_a_marked_bookmark(srv: ApiServer, core: c
     marker = events[1]
     assert marker["type"] == "BOOKMARK"
     assert marker["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+def test_discovery_lists_groups_resources_and_status_subresources(api: client.ApiClient) -> None:
+    assert client.CoreApi(api).get_api_versions().versions == ["v1"]
+    groups = {g.name: g.preferred_version.group_version for g in client.ApisApi(api).get_api_versions().groups}
+    assert groups["storage.k8s.io"] == "storage.k8s.io/v1" and groups["batch"] == "batch/v1"
+    resources = {r.name: r for r in client.CoreV1Api(api).get_api_resources().resources}
+    pvs = resources["persistentvolumes"]
+    assert (pvs.kind, pvs.namespaced, pvs.short_names, pvs.singular_name) == (
+        "PersistentVolume", False, ["pv"], "persistentvolume")
+    assert "watch" in pvs.verbs and resources["persistentvolumes/status"].verbs == ["get", "patch", "update"]
+    assert resources["persistentvolumeclaims"].namespaced is True
+    assert "configmaps/status" not in resources
+    version = client.VersionApi(api).get_code()
+    assert (version.major, version.minor, version.git_version) == ("1", "31", "v1.31.0")
