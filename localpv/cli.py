@@ -268,6 +268,56 @@ def status(agent_url: str, output: str) -> None:
 
 
 @cli.command()
+@click.option("--config", "config_path", default="/etc/provisioner/config", show_default=True,
+              envvar="LOCALPV_CONFIG", type=click.Path(), help="Mounted ConfigMap directory or YAML file.")
+@click.option("--node", "node_name", envvar="MY_NODE_NAME", default=None, help="This node (env MY_NODE_NAME).")
+@click.option("--namespace", envvar="MY_NAMESPACE", default="default", show_default=True,
+              help="Namespace of cleanup Jobs (env MY_NAMESPACE).")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Out-of-cluster kubeconfig (env KUBECONFIG).")
+@click.option("--in-pod/--on-host", default=None,
+              help="Whether mounts reach this process through a pod volume (default: in a pod when "
+                   "KUBERNETES_SERVICE_HOST is set); decides whether mount propagation matters.")
+@click.option("--no-cluster", is_flag=True, help="Check the host only (no Node, StorageClass or RBAC checks).")
+def doctor(config_path: str, node_name: str | None, namespace: str, kubeconfig: str | None, in_pod: bool | None,
+           no_cluster: bool) -> None:
+    """Explain why volumes on this node do not become PVs; exit 1 when something is wrong.
+
+    Run it in the agent pod (kubectl exec <pod> -- localpv doctor) or on the node with
+    --kubeconfig. Each problem is printed with its fix.
+    """
+    import os
+
+    from localpv.config import ConfigError, load_config
+    from localpv.doctor import diagnose, failed, gather_cluster, gather_host, render
+
+    try:
+        loaded = load_config(config_path)
+    except ConfigError as err:
+        for problem in err.problems:
+            click.echo(f"ERROR  config: {problem}\n       fix: correct the ConfigMap (localpv config check PATH)")
+        sys.exit(1)
+    config = loaded.config
+    pod = in_pod if in_pod is not None else bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    cluster = None
+    if not no_cluster:
+        if not node_name:
+            raise click.UsageError("--node (or MY_NODE_NAME) is required unless --no-cluster is given")
+        from localpv.kube.api import KubeApi
+        from localpv.kube.client import ClientConfigError, make_api_client
+        from localpv.kube.errors import Backoff
+
+        try:
+            api = KubeApi(make_api_client(kubeconfig), backoff=Backoff(attempts=2), user_agent="localpv-doctor")
+        except ClientConfigError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(1)
+        cluster = gather_cluster(api, config, node_name, namespace)
+    findings = diagnose(config, gather_host(config, in_pod=pod), cluster)
+    click.echo(render(findings), nl=False)
+    sys.exit(1 if failed(findings) else 0)
+
+
+@cli.command()
 @click.option("--volumes", default=2, show_default=True, help="How many volumes to make.")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds allowed for each step.")
 @click.option("--simulate-mounts", is_flag=True, help="Plain directories even as root (what non-root gets).")

@@ -21,7 +21,7 @@ import math
 import os
 import re
 import select
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 
 __all__ = [
@@ -54,6 +54,9 @@ class MountInfo:
     fs_type: str
     source: str
     super_options: str
+    #: field 7, propagation tags such as ``shared:1``, ``master:2``, ``unbindable``; not part
+    #: of a mount's identity (``mount --make-*`` changes them on the same mount)
+    optional_fields: tuple[str, ...] = field(default=(), compare=False)
 
 
 def _unescape(field: str) -> str:
@@ -106,6 +109,7 @@ def _parse_line(line: str, lineno: int) -> MountInfo:
         fs_type=_unescape(fs_type),
         source=_unescape(source),
         super_options=super_options,
+        optional_fields=tuple(fields[_LEADING_FIELDS:sep]),
     )
 
 

@@ -1,0 +1,331 @@
+"""``localpv doctor``: why are no PVs being created on this node?
+
+That is upstream's most common complaint (research §8.3), and its causes are few: the
+discovery directory is missing or holds plain directories, the pod's mount of it does not
+receive mounts made later on the host (propagation), ``/dev`` is the container's own so
+by-id links dangle, the StorageClass or the Node's hostname label is missing, or RBAC
+denies a call. Each is checked here and reported with its fix on one line.
+
+Shape: *gather* functions read the host and the API into plain fact records; *check*
+functions turn facts into :class:`Finding` objects without touching anything, so every
+verdict is tested on constructed facts, and the gatherers on real mounts and the emulator.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from localpv.config import ClassConfig, ProvisionerConfig
+from localpv.host.mounts import MountInfo, read_mountinfo
+from localpv.host.scan import Entry, EntryKind, ScanError, scan_directory
+from localpv.naming import HOSTNAME_LABEL_KEY
+
+OK, WARN, ERROR = "ok", "warn", "error"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One verdict: what was checked, what was found, and (unless fine) the one-line fix."""
+
+    level: str
+    subject: str
+    message: str
+    fix: str = ""
+
+
+# ---------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class ClassFacts:
+    """What this process sees of one class's discovery directory."""
+
+    cls: ClassConfig
+    #: why mountDir cannot be listed (missing, not a directory, unreadable), else None
+    dir_error: str | None
+    entries: tuple[Entry, ...] = ()
+    #: the mount that contains mountDir (the longest mount point above or at it)
+    mount: MountInfo | None = None
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    classes: tuple[ClassFacts, ...]
+    #: running in a pod: mounts made on the host reach mountDir only through propagation
+    in_pod: bool
+    #: filesystem type of the mount at /dev ("devtmpfs" when it is the host's)
+    dev_fs_type: str | None
+
+
+@dataclass(frozen=True)
+class Access:
+    """One permission the agent needs, and whether the API server grants it."""
+
+    verb: str
+    resource: str
+    group: str = ""
+    namespace: str | None = None
+    allowed: bool | None = None
+    reason: str = ""
+
+    def describe(self) -> str:
+        resource = f"{self.resource}.{self.group}" if self.group else self.resource
+        where = f' in namespace "{self.namespace}"' if self.namespace else ""
+        return f"{self.verb} {resource}{where}"
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    node_name: str
+    node: dict[str, Any] | None
+    node_error: str | None = None
+    #: StorageClass name -> the object, or None when it does not exist
+    storage_classes: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    #: StorageClass name -> why it could not be read (e.g. forbidden)
+    storage_class_errors: dict[str, str] = field(default_factory=dict)
+    access: tuple[Access, ...] = ()
+    #: the API server could not be reached or answered an error for everything
+    unreachable: str | None = None
+
+
+# ---------------------------------------------------------------- checks (pure)
+
+
+def propagation(mount: MountInfo) -> str:
+    """``slave`` (receives host mounts: HostToContainer), ``shared`` (Bidirectional),
+    ``private`` or ``unbindable``, from the mountinfo optional fields."""
+    tags = {tag.split(":")[0] for tag in mount.optional_fields}
+    if "master" in tags:
+        return "slave"
+    if "shared" in tags:
+        return "shared"
+    return "unbindable" if "unbindable" in tags else "private"
+
+
+def containing_mount(mounts: Sequence[MountInfo], path: str) -> MountInfo | None:
+    """The mount ``path`` lies on: the deepest mount point at or above it (the last one
+    listed when mounts are stacked on the same point, as the kernel lists them in order)."""
+    path = os.path.normpath(path)
+    best: MountInfo | None = None
+    for mount in mounts:
+        point = mount.mount_point
+        if (path == point or path.startswith(point.rstrip("/") + "/")) and (
+                best is None or len(point) >= len(best.mount_point)):
+            best = mount
+    return best
+
+
+def check_directory(facts: ClassFacts) -> list[Finding]:
+    cls = facts.cls
+    subject = f"class {cls.name}"
+    if facts.dir_error:
+        return [Finding(ERROR, subject, f"discovery directory {cls.mount_dir}: {facts.dir_error}",
+                        f"create {cls.host_dir} on the node and mount it at {cls.mount_dir} in the agent pod "
+                        "(the chart mounts each class's hostDir)")]
+    counts = {kind: sum(1 for e in facts.entries if e.kind is kind) for kind in EntryKind}
+    usable = counts[EntryKind.BLOCK] if cls.volume_mode == "Block" else counts[EntryKind.MOUNTPOINT] + counts[
+        EntryKind.BLOCK]
+    findings = [Finding(OK, subject, f"discovery directory {cls.mount_dir} has {len(facts.entries)} entries, "
+                                     f"{usable} usable as {cls.volume_mode} volumes")]
+    for entry in facts.entries:
+        host_path = os.path.join(cls.host_dir, entry.name)
+        if entry.kind is EntryKind.DIRECTORY:
+            findings.append(Finding(ERROR, subject, f"{entry.path} is a plain directory, not a mount point: no PV",
+                                    f"on the node: mount a disk on {host_path}, or `mount --bind {host_path} "
+                                    f"{host_path}` (and add it to /etc/fstab)"))
+        elif entry.kind is EntryKind.BROKEN:
+            findings.append(Finding(ERROR, subject, f"{entry.reason}: no PV",
+                                    "fix or remove the symlink; if it points into /dev, mount the host's /dev "
+                                    "(chart: mountDevVolume: true)"))
+        elif entry.kind is EntryKind.OTHER:
+            findings.append(Finding(ERROR, subject, f"{entry.reason}: no PV",
+                                    f"remove {host_path}: only mount points and block devices are volumes"))
+        elif entry.kind is EntryKind.MOUNTPOINT and cls.volume_mode == "Block":
+            findings.append(Finding(ERROR, subject, f"{entry.path} is a mounted directory in a Block class: no PV",
+                                    "put symlinks to block devices in a Block class's hostDir, or use a "
+                                    "Filesystem class"))
+    return findings
+
+
+def check_propagation(facts: ClassFacts, in_pod: bool) -> list[Finding]:
+    cls = facts.cls
+    subject = f"class {cls.name}"
+    if facts.dir_error:
+        return []
+    if not in_pod:
+        return [Finding(OK, subject, "not in a pod: this process sees the host's mounts directly")]
+    mount = facts.mount
+    if mount is None or (mount.mount_point == "/" and cls.mount_dir != "/"):
+        return [Finding(ERROR, subject, f"{cls.mount_dir} is on the container's own filesystem, not a volume: "
+                                        "the host's disks are not visible here",
+                        f"mount hostDir {cls.host_dir} at {cls.mount_dir} with a hostPath volume "
+                        "(mountPropagation: HostToContainer)")]
+    mode = propagation(mount)
+    if mode in ("slave", "shared"):
+        return [Finding(OK, subject, f"{mount.mount_point} receives mounts made on the host ({mode} propagation)")]
+    return [Finding(ERROR, subject, f"{mount.mount_point} has {mode} propagation: disks mounted on the host after "
+                                    "this pod started will never appear here",
+                    f"set mountPropagation: HostToContainer on the volumeMount of {mount.mount_point} "
+                    "(the chart does), then restart the pod")]
+
+
+def check_dev(host: HostFacts) -> list[Finding]:
+    """Block classes need the host's /dev: by-id symlinks resolve through it."""
+    block = [f.cls.name for f in host.classes if f.cls.volume_mode == "Block"]
+    if not block or not host.in_pod:
+        return []
+    if host.dev_fs_type == "devtmpfs":
+        return [Finding(OK, "/dev", "the host's /dev is mounted (devtmpfs)")]
+    return [Finding(ERROR, "/dev", f"/dev is the container's own ({host.dev_fs_type or 'not mounted'}), but "
+                                   f"{', '.join(block)} hold block devices: their links cannot resolve",
+                    "mount the host's /dev at /dev (chart: mountDevVolume: true)")]
+
+
+def check_node(cluster: ClusterFacts) -> list[Finding]:
+    subject = f"node {cluster.node_name}"
+    if cluster.node is None:
+        return [Finding(ERROR, subject, f"Node not readable: {cluster.node_error or 'not found'}",
+                        "set MY_NODE_NAME to this node's name (the chart passes spec.nodeName)")]
+    labels = (cluster.node.get("metadata") or {}).get("labels") or {}
+    if not labels.get(HOSTNAME_LABEL_KEY):
+        return [Finding(ERROR, subject, f"no {HOSTNAME_LABEL_KEY} label: PVs cannot be pinned to this node",
+                        f"kubectl label node {cluster.node_name} {HOSTNAME_LABEL_KEY}={cluster.node_name}")]
+    return [Finding(OK, subject, f"{HOSTNAME_LABEL_KEY}={labels[HOSTNAME_LABEL_KEY]}")]
+
+
+def check_storage_classes(config: ProvisionerConfig, cluster: ClusterFacts) -> list[Finding]:
+    findings = []
+    for name in config.classes:
+        sc = cluster.storage_classes.get(name)
+        subject = f"class {name}"
+        if name in cluster.storage_class_errors:
+            findings.append(Finding(ERROR, subject, f"StorageClass {name} cannot be read: "
+                                                    f"{cluster.storage_class_errors[name]}",
+                                    "grant get/list/watch on storageclasses (the chart's agent role does)"))
+        elif sc is None:
+            findings.append(Finding(ERROR, subject, f"StorageClass {name} does not exist: discovery skips the class",
+                                    f"create StorageClass {name} (chart: classes[].storageClass: true)"))
+        elif sc.get("volumeBindingMode") != "WaitForFirstConsumer":
+            findings.append(Finding(WARN, subject, f"StorageClass {name} binds Immediately: claims may get a PV on a "
+                                                   "node their pod cannot run on",
+                                    "recreate it with volumeBindingMode: WaitForFirstConsumer"))
+        else:
+            findings.append(Finding(OK, subject, f"StorageClass {name} exists (WaitForFirstConsumer)"))
+    return findings
+
+
+def required_access(config: ProvisionerConfig, namespace: str) -> list[Access]:
+    """Every permission the agent uses with this configuration (the chart's agent role)."""
+    needed = [Access(verb, "persistentvolumes") for verb in ("get", "list", "watch", "create", "patch", "delete")]
+    needed += [Access(verb, "storageclasses", "storage.k8s.io") for verb in ("get", "list", "watch")]
+    needed += [Access("get", "nodes")] + [Access(verb, "events", namespace="default") for verb in ("create", "patch")]
+    if config.remove_node_not_ready_taint:
+        needed.append(Access("update", "nodes"))
+    if config.use_job_for_cleaning:
+        needed += [Access(verb, "jobs", "batch", namespace) for verb in ("get", "list", "watch", "create", "delete")]
+    return needed
+
+
+def check_access(cluster: ClusterFacts) -> list[Finding]:
+    denied = [a for a in cluster.access if not a.allowed]
+    if not denied:
+        return [Finding(OK, "rbac", f"all {len(cluster.access)} permissions the agent needs are granted")]
+    return [Finding(ERROR, "rbac", f"cannot {a.describe()}" + (f" ({a.reason})" if a.reason else ""),
+                    "grant it to the agent's service account (the chart's rbac.create: true does)")
+            for a in denied]
+
+
+def diagnose(config: ProvisionerConfig, host: HostFacts, cluster: ClusterFacts | None) -> list[Finding]:
+    """Every finding, host first, then the cluster's (None: not asked)."""
+    findings: list[Finding] = []
+    if not config.classes:
+        findings.append(Finding(ERROR, "config", "no storage classes configured: nothing is discovered",
+                                "add classes to storageClassMap (chart: classes[])"))
+    for facts in host.classes:
+        findings += check_directory(facts) + check_propagation(facts, host.in_pod)
+    findings += check_dev(host)
+    if cluster is None:
+        return findings
+    if cluster.unreachable:
+        return [*findings, Finding(ERROR, "api", f"the API server cannot be used: {cluster.unreachable}",
+                                   "check --kubeconfig / the pod's service account and network")]
+    return findings + check_node(cluster) + check_storage_classes(config, cluster) + check_access(cluster)
+
+
+# ---------------------------------------------------------------- gathering (real host, real API)
+
+
+def gather_host(config: ProvisionerConfig, *, in_pod: bool, mountinfo: str = "/proc/self/mountinfo") -> HostFacts:
+    mounts = read_mountinfo(mountinfo)
+    points = frozenset(m.mount_point for m in mounts)
+    classes = []
+    for cls in config.classes.values():
+        try:
+            entries = tuple(scan_directory(cls.mount_dir, points))
+            error = None
+        except ScanError as err:
+            entries, error = (), err.error.strerror or str(err.error)
+        if error is None and not os.path.isdir(cls.mount_dir):
+            error = "not a directory"
+        classes.append(ClassFacts(cls, error, entries, containing_mount(mounts, cls.mount_dir)))
+    dev = next((m for m in reversed(mounts) if m.mount_point == "/dev"), None)
+    return HostFacts(tuple(classes), in_pod, dev.fs_type if dev else None)
+
+
+def gather_cluster(api: Any, config: ProvisionerConfig, node_name: str, namespace: str) -> ClusterFacts:
+    """Read the Node and StorageClasses and ask a SelfSubjectAccessReview per permission."""
+    from localpv.kube.errors import ApiError, NotFound
+    from localpv.kube.resources import NODES, SELF_SUBJECT_ACCESS_REVIEWS, STORAGE_CLASSES
+
+    node, node_error = None, None
+    try:
+        node = api.get(NODES, node_name)
+    except NotFound:
+        node_error = "not found"
+    except ApiError as err:
+        if err.status in (0, 401) or err.status >= 500:
+            return ClusterFacts(node_name, None, unreachable=str(err))
+        node_error = str(err)
+    classes: dict[str, dict[str, Any] | None] = {}
+    errors: dict[str, str] = {}
+    for name in config.classes:
+        try:
+            classes[name] = api.get(STORAGE_CLASSES, name)
+        except NotFound:
+            classes[name] = None
+        except ApiError as err:
+            errors[name] = str(err)
+    access = tuple(_review(api, SELF_SUBJECT_ACCESS_REVIEWS, a) for a in required_access(config, namespace))
+    return ClusterFacts(node_name, node, node_error, classes, errors, access)
+
+
+def _review(api: Any, resource: Any, access: Access) -> Access:
+    from localpv.kube.errors import ApiError
+
+    attributes = {"verb": access.verb, "group": access.group, "resource": access.resource}
+    if access.namespace:
+        attributes["namespace"] = access.namespace
+    try:
+        review = api.create(resource, {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                                       "spec": {"resourceAttributes": attributes}})
+    except ApiError as err:
+        return Access(access.verb, access.resource, access.group, access.namespace, None, f"not verifiable: {err}")
+    status = review.get("status") or {}
+    return Access(access.verb, access.resource, access.group, access.namespace, bool(status.get("allowed")),
+                  str(status.get("reason") or ""))
+
+
+def render(findings: Iterable[Finding]) -> str:
+    lines = []
+    for f in findings:
+        lines.append(f"{f.level.upper():5}  {f.subject}: {f.message}")
+        if f.fix:
+            lines.append(f"       fix: {f.fix}")
+    return "\n".join(lines) + "\n"
+
+
+def failed(findings: Iterable[Finding]) -> bool:
+    return any(f.level == ERROR for f in findings)
