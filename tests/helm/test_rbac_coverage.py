@@ -1,0 +1,225 @@
+"""The chart's RBAC is enough: the agent and the NFS provisioner, run through a whole
+volume lifecycle against the emulator, make no request their service account's roles
+(as the chart installs them) would refuse.
+
+The emulator authorizes by a deny list, so the check is done on its request log: each
+request (verb, API group, resource, namespace) must match a rule of a Role bound in that
+namespace or of a ClusterRole bound cluster-wide to the component's service account.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localpv.agent.journal import Journal
+from localpv.agent.node import AgentOptions, NodeAgent
+from localpv.config import parse_config, read_config_data
+from localpv.kube.api import KubeApi
+from localpv.kube.errors import Backoff
+from localpv.nfs.app import NfsOptions, NfsReplica
+from localpv.nfs.controller import ControllerSettings
+from localpv.nfs.provisioner import NfsSource
+from localpv.testing.apiserver import ApiServer, RequestRecord
+from localpv.testing.hostfs import LoopDevices, Mounter
+from localpv.testing.objects import claim, node
+from tests.conftest import wait_for
+from tests.helm.chart import NAMESPACE, Install, run_helm
+
+Obj = dict[str, Any]
+NODE = "node-1"
+TAINT = "sig-storage-local-static-provisioner/agent-not-ready"
+FAST = Backoff(initial=0.05, maximum=0.2, attempts=20, jitter=0.0)
+
+AGENT_VALUES: dict[str, Any] = {
+    "useJobForCleaning": True, "removeNodeNotReadyTaint": True,
+    "classes": [{"name": "local-fs", "hostDir": "/mnt/local-fs", "storageClass": True},
+                {"name": "local-block", "hostDir": "/mnt/local-block", "volumeMode": "Block",
+                 "blockCleanerCommand": ["/scripts/quick_reset.sh"], "storageClass": True}],
+}
+NFS_VALUES: dict[str, Any] = {"nfs": {"server": "nfs.example.com", "path": "/exports"},
+                              "storageClass": {"onDelete": "delete"}}
+
+
+@pytest.fixture(scope="module")
+def charts(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
+    done = {"agent": Install(AGENT_VALUES), "nfs": Install(NFS_VALUES)}
+    try:
+        run_helm(helm_python, list(done.values()), tmp_path_factory.mktemp("helm"))
+        for name, inst in done.items():
+            assert inst.error is None, f"{name}: {inst.error}"
+        yield done
+    finally:
+        for inst in done.values():
+            inst.server.stop()
+
+
+@dataclass(frozen=True)
+class Grant:
+    rule: Obj
+    namespace: str | None  # None: cluster-wide (ClusterRoleBinding)
+
+    def allows(self, record: RequestRecord) -> bool:
+        group = _group(record.path)
+        resource = record.resource + (f"/{record.subresource}" if record.subresource else "")
+        return (record.verb in self.rule["verbs"] and group in self.rule["apiGroups"]
+                and resource in self.rule["resources"]
+                and (self.namespace is None or record.namespace == self.namespace))
+
+
+def _group(path: str) -> str:
+    parts = path.split("/")
+    return parts[2] if parts[1] == "apis" else ""
+
+
+def grants_for(inst: Install, service_account: str) -> list[Grant]:
+    def bound(binding: Obj) -> bool:
+        return any(s["kind"] == "ServiceAccount" and s["name"] == service_account and s["namespace"] == NAMESPACE
+                   for s in binding.get("subjects") or [])
+
+    grants = []
+    for binding in inst.server.list("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"):
+        if bound(binding):
+            role = inst.one("rbac.authorization.k8s.io/v1", "ClusterRole", binding["roleRef"]["name"])
+            grants += [Grant(rule, None) for rule in role["rules"]]
+    for binding in inst.server.list("rbac.authorization.k8s.io/v1", "RoleBinding", NAMESPACE):
+        if bound(binding):
+            [role] = [r for r in inst.server.list("rbac.authorization.k8s.io/v1", "Role", NAMESPACE)
+                      if r["metadata"]["name"] == binding["roleRef"]["name"]]
+            grants += [Grant(rule, NAMESPACE) for rule in role["rules"]]
+    return grants
+
+
+def refused(server: ApiServer, grants: list[Grant]) -> list[str]:
+    """Requests of the component that no grant allows (discovery is open to everyone)."""
+    api_requests = [r for r in server.requests if r.verb != "discovery"]
+    assert api_requests, "the component made no request at all"
+    return sorted({f"{r.verb} {r.method} {r.path}" for r in api_requests if not any(g.allows(r) for g in grants)})
+
+
+def test_the_grant_matcher_refuses_what_no_rule_allows() -> None:
+    rule = {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}
+    create = RequestRecord("POST", "/apis/batch/v1/namespaces/a/jobs", "", 201, "create", "jobs", "a", None, None)
+    assert Grant(rule, "a").allows(create) and Grant(rule, None).allows(create)
+    assert not Grant(rule, "b").allows(create)
+    delete = RequestRecord("DELETE", "/apis/batch/v1/namespaces/a/jobs/x", "", 200, "delete", "jobs", "a", "x", None)
+    assert not Grant(rule, None).allows(delete)
+    core = RequestRecord("POST", "/api/v1/namespaces/a/jobs", "", 201, "create", "jobs", "a", None, None)
+    assert not Grant(rule, None).allows(core)
+
+
+def _agent_config(inst: Install, fs_dir: Path, block_dir: Path, tmp_path: Path) -> Any:
+    """The chart's ConfigMap, with the classes' container directories moved under the test dir."""
+    cm_dir = tmp_path / "config"
+    cm_dir.mkdir()
+    for key, value in inst.one("v1", "ConfigMap")["data"].items():
+        (cm_dir / key).write_text(value)
+    data = read_config_data(cm_dir)
+    data["storageClassMap"]["local-fs"]["mountDir"] = str(fs_dir)
+    data["storageClassMap"]["local-block"]["mountDir"] = str(block_dir)
+    return parse_config(data).config
+
+
+def _phase(server: ApiServer, host_path: str) -> tuple[str, str] | None:
+    for pv in server.list("v1", "PersistentVolume"):
+        if pv["spec"].get("local", {}).get("path") == host_path:
+            return str(pv["metadata"]["uid"]), str((pv.get("status") or {}).get("phase"))
+    return None
+
+
+def _cycle(server: ApiServer, host_path: str, sc: str, mode: str, on_released: Any = None) -> None:
+    """Available -> claimed -> Bound -> claim deleted -> cleaned -> Available again (new PV)."""
+    first = wait_for(lambda: (p := _phase(server, host_path)) and p[1] == "Available" and p, what=f"{host_path} PV")
+    server.create(claim(f"c-{sc}", sc, mode=mode, namespace=NAMESPACE, selected_node=NODE))
+    wait_for(lambda: (p := _phase(server, host_path)) and p[1] == "Bound", what=f"{host_path} Bound")
+    server.delete("v1", "PersistentVolumeClaim", f"c-{sc}", NAMESPACE)
+    if on_released is not None:
+        on_released()
+    wait_for(lambda: (p := _phase(server, host_path)) and p[0] != first[0] and p[1] == "Available", timeout=15,
+             what=f"{host_path} cleaned and offered again")
+
+
+@pytest.mark.root
+def test_agent_lifecycle_needs_nothing_beyond_the_charts_rbac(
+        charts: dict[str, Install], tmp_path: Path, mounter: Mounter, loops: LoopDevices) -> None:
+    inst = charts["agent"]
+    sa = inst.one("apps/v1", "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"]
+    fs_dir, block_dir = tmp_path / "fs", tmp_path / "block"
+    block_dir.mkdir()
+    mounter.tmpfs(fs_dir / "vol1")
+    (block_dir / "disk1").symlink_to(loops.attach().path)
+    server = ApiServer(binder=True).start()
+    try:
+        server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        tainted = node(NODE)
+        tainted["spec"] = {"taints": [{"key": TAINT, "effect": "NoSchedule"}]}
+        server.create(tainted)
+        for sc in inst.server.list("storage.k8s.io/v1", "StorageClass"):  # the chart's own classes
+            server.create({k: v for k, v in sc.items() if k != "metadata"} | {"metadata": {
+                "name": sc["metadata"]["name"]}})
+        server.requests.clear()
+        options = AgentOptions(node_name=NODE, namespace=NAMESPACE, job_image="localpv:test", discovery_period=0.2,
+                               config_sync_period=0.2, retry_backoff=FAST, state_dir=str(tmp_path / "state"))
+        os.makedirs(options.state_dir or "", exist_ok=True)
+        agent = NodeAgent(KubeApi(server.api_client(), backoff=FAST), options,
+                          _agent_config(inst, fs_dir, block_dir, tmp_path),
+                          Journal(str(tmp_path / "state" / "journal.json")))
+        agent.start()
+        try:
+            wait_for(lambda: not (server.get("v1", "Node", NODE) or {}).get("spec", {}).get("taints"),
+                     what="startup taint removed")
+            _cycle(server, "/mnt/local-fs/vol1", "local-fs", "Filesystem")
+
+            def finish_job() -> None:
+                job = wait_for(lambda: server.list("batch/v1", "Job", NAMESPACE), what="cleanup Job")[0]
+                server.complete_job(NAMESPACE, job["metadata"]["name"], succeeded=True)
+
+            _cycle(server, "/mnt/local-block/disk1", "local-block", "Block", on_released=finish_job)
+        finally:
+            agent.stop()
+        assert refused(server, grants_for(inst, sa)) == []
+        used = {(r.verb, r.resource) for r in server.requests}
+        assert {("update", "nodes"), ("create", "jobs"), ("delete", "persistentvolumes")} <= used
+    finally:
+        server.stop()
+
+
+def test_nfs_lifecycle_needs_nothing_beyond_the_charts_rbac(charts: dict[str, Install], tmp_path: Path) -> None:
+    inst = charts["nfs"]
+    deploy = inst.one("apps/v1", "Deployment")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    sc = inst.one("storage.k8s.io/v1", "StorageClass")
+    export = tmp_path / "export"
+    export.mkdir()
+    server = ApiServer(binder=True).start()
+    try:
+        server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        server.create({k: v for k, v in sc.items() if k != "metadata"} | {"metadata": {"name": sc["metadata"]["name"]}})
+        server.requests.clear()
+        options = NfsOptions(source=NfsSource(str(env["NFS_SERVER"]), str(env["NFS_PATH"]), str(export), 0o777),
+                             controller=ControllerSettings(provisioner_name=str(env["PROVISIONER_NAME"])),
+                             leader_election=True, namespace=NAMESPACE)
+        replica = NfsReplica(KubeApi(server.api_client(), backoff=FAST), options)
+        replica.start()
+        try:
+            server.create(claim("data", sc["metadata"]["name"], namespace=NAMESPACE, access_modes=("ReadWriteMany",)))
+            pv_name = wait_for(lambda: (c := server.get("v1", "PersistentVolumeClaim", "data", NAMESPACE))
+                               and c.get("status", {}).get("phase") == "Bound" and c["spec"]["volumeName"],
+                               what="claim bound")
+            assert any(export.iterdir())
+            server.delete("v1", "PersistentVolumeClaim", "data", NAMESPACE)
+            wait_for(lambda: server.get("v1", "PersistentVolume", str(pv_name)) is None, what="PV deleted")
+            assert not any(export.iterdir())  # onDelete: delete
+        finally:
+            replica.stop()
+        sa = deploy["spec"]["template"]["spec"]["serviceAccountName"]
+        assert refused(server, grants_for(inst, sa)) == []
+        assert ("update", "leases") in {(r.verb, r.resource) for r in server.requests} or (
+            "create", "leases") in {(r.verb, r.resource) for r in server.requests}
+    finally:
+        server.stop()
