@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from localpv.cli import cli
 from localpv.config import load_config
+from localpv.doctor import required_access
 from localpv.naming import NODE_LABEL_KEY
 from localpv.testing.apiserver import KUBE_VERSION
 from tests.helm.chart import CI_VALUES, NAMESPACE, Install, load_values, run_helm
@@ -459,3 +460,15 @@ def test_notes_say_what_to_check_next(installs: dict[str, Install]) -> None:
     assert "localpv doctor" in notes and "get jobs" in notes
     nfs_notes = installed(installs, "nfs-subdir-values.yaml").notes
     assert "cluster.local/lp-localpv" in nfs_notes and "doctor" not in nfs_notes
+
+
+@pytest.mark.parametrize("name", ["defaults", "upstream-block-jobs-values.yaml"])
+def test_doctor_checks_exactly_the_permissions_the_chart_grants_the_agent(
+        installs: dict[str, Install], name: str, tmp_path: Path) -> None:
+    inst = installed(installs, name)
+    config = load_config(_config_dir(inst, tmp_path)).config
+    needed = {(a.verb, f"{a.group}/{a.resource}" if a.group else a.resource)
+              for a in required_access(config, NAMESPACE)}
+    granted = {(verb, resource) for kind in ("ClusterRole", "Role")
+               for resource, verbs in _granted(inst, kind).items() for verb in verbs}
+    assert needed == granted
