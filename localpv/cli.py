@@ -429,6 +429,61 @@ def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: 
     sys.exit(code)
 
 
+@cli.command("node-cleanup")
+@click.option("--storageclass-names", default="", envvar="LOCALPV_STORAGECLASS_NAMES",
+              help="Comma list of the StorageClasses whose PVCs and PVs may be removed (empty: none).")
+@click.option("--pvc-deletion-delay", default="60s", show_default=True, callback=_duration,
+              help="How long a deleted Node may take to come back before its volumes' PVCs are deleted.")
+@click.option("--stale-pv-discovery-interval", default="10s", show_default=True, callback=_duration,
+              help="Period of the scan that deletes unclaimed PVs of deleted Nodes.")
+@click.option("--resync", default="10m", show_default=True, callback=_duration,
+              help="Safety-net period of the scan for PVCs to free (a Node deletion triggers it at once).")
+@click.option("--worker-threads", default=10, show_default=True, type=click.IntRange(1, 256),
+              help="Concurrent PVC checks and deletions.")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Out-of-cluster kubeconfig (env KUBECONFIG).")
+@click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
+              help="Address for /metrics, /ready and /healthz (empty disables).")
+@click.option("--metrics-path", default="/metrics", show_default=True)
+def node_cleanup(storageclass_names: str, pvc_deletion_delay: float, stale_pv_discovery_interval: float,
+                 resync: float, worker_threads: int, kubeconfig: str | None, listen_address: str,
+                 metrics_path: str) -> None:
+    """Remove PVCs and PVs pinned to deleted Nodes (opt-in per StorageClass; data is never touched)."""
+    from localpv.agent.nodecleanup import (
+        NodeCleanupController,
+        NodeCleanupError,
+        NodeCleanupOptions,
+        parse_class_names,
+    )
+    from localpv.httpserver import StatusServer
+    from localpv.kube.api import KubeApi
+    from localpv.kube.client import ClientConfigError, make_api_client
+    from localpv.metrics import NodeCleanupMetrics
+
+    options = NodeCleanupOptions(parse_class_names(storageclass_names), pvc_deletion_delay,
+                                 stale_pv_discovery_interval, resync, worker_threads)
+    metrics = NodeCleanupMetrics()
+    try:
+        api = KubeApi(make_api_client(kubeconfig), observer=metrics.api.observe, user_agent="localpv-node-cleanup")
+        controller = NodeCleanupController(api, options, metrics=metrics)
+        server = StatusServer(listen_address, metrics.registry, ready=controller.ready, healthy=controller.healthy,
+                              metrics_path=metrics_path) if listen_address else None
+    except (ClientConfigError, ValueError, OSError) as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(1)
+    if server is not None:
+        server.start()
+    try:
+        controller.start()
+        _wait_for_signal()
+    except NodeCleanupError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(1)
+    finally:
+        controller.stop()
+        if server is not None:
+            server.stop()
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(obj={})

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from localpv.agent.nodecleanup import (
     EVENT_COMPONENT,
     REFERENCED_NODE_DELETED,
+    ClusterView,
     NodeCleanupController,
     NodeCleanupOptions,
 )
@@ -29,6 +30,8 @@ from localpv.clock import ManualClock
 from localpv.httpserver import StatusServer
 from localpv.kube.api import KubeApi
 from localpv.kube.events import EventRecorder
+from localpv.kube.informer import Informer
+from localpv.kube.resources import NODES
 from localpv.metrics import NodeCleanupMetrics
 from localpv.nfs.workqueue import ItemBackoff
 from localpv.testing.apiserver import ApiServer
@@ -85,9 +88,7 @@ class Env:
     def bound_pair(self, pv_name: str, claim_name: str, nodes: tuple[str, ...] = ("n1",), **pv_args: Any) -> Obj:
         """A PV and a claim that names it, bound by the emulator's binder; returns the claim."""
         self.apiserver.create(local_pv(pv_name, nodes, **pv_args))
-        pvc = claim(claim_name, pv_args.get("sc", "local"))
-        pvc["spec"]["volumeName"] = pv_name
-        self.apiserver.create(pvc)
+        self.apiserver.create(claim_for(claim_name, pv_name, pv_args.get("sc", "local")))
         wait_for(lambda: self.phase(pv_name) == "Bound" and _phase(self.pvc(claim_name)) == "Bound",
                  what=f"{pv_name} bound to {claim_name}")
         return self.pvc(claim_name) or {}
@@ -106,6 +107,13 @@ class Env:
 
     def events(self, reason: str = REFERENCED_NODE_DELETED) -> list[Obj]:
         return [e for e in self.apiserver.list("v1", "Event", NS) if e.get("reason") == reason]
+
+
+def claim_for(name: str, volume: str, sc: str = "local") -> Obj:
+    """A claim that names its volume, so the binder binds exactly that one."""
+    pvc = claim(name, sc)
+    pvc["spec"]["volumeName"] = volume
+    return pvc
 
 
 def _phase(obj: Obj | None) -> str:
@@ -160,11 +168,12 @@ def test_claim_of_deleted_node_is_deleted_after_the_delay_then_its_volume(env: E
     assert "1m0s" in event["message"]
     assert env.pvc("data-a") is not None and outcomes(ctl, "pv-a") == []
 
-    env.drive(lambda: env.pvc("data-a") is None, "claim deleted")
-    assert outcomes(ctl, "pv-a") == ["claim default/data-a deleted"]
-    env.drive(lambda: env.pv("pv-a") is None, "released volume of the deleted node deleted")
+    # Outcomes and counters are written after the API call: wait on them, not on the objects.
+    env.drive(lambda: outcomes(ctl, "pv-a"), "claim deleted")
+    assert outcomes(ctl, "pv-a") == ["claim default/data-a deleted"] and env.pvc("data-a") is None
+    env.drive(lambda: counter(ctl, "persistentvolume_delete", phase="Released"), "released volume deleted")
+    assert env.pv("pv-a") is None
     assert counter(ctl, "persistentvolumeclaim_delete") == 1
-    assert counter(ctl, "persistentvolume_delete", phase="Released") == 1
     assert counter(ctl, "persistentvolumeclaim_delete_failed") == 0
     assert env.pvc("data-b") is not None and env.phase("pv-b") == "Bound"
     assert ctl.scheduled() == {}
@@ -208,9 +217,7 @@ def test_every_node_of_the_affinity_must_be_gone(env: Env) -> None:
 
 
 def test_claim_bound_to_another_volume_is_kept(env: Env) -> None:
-    pvc = claim("data-a", "local")
-    pvc["spec"]["volumeName"] = "pv-elsewhere"
-    created = env.apiserver.create(pvc)
+    created = env.apiserver.create(claim_for("data-a", "pv-elsewhere"))
     ref = {"kind": "PersistentVolumeClaim", "namespace": NS, "name": "data-a", "uid": created["metadata"]["uid"]}
     env.apiserver.create(local_pv("pv-a", claim_ref=ref))
     ctl = env.start()
@@ -228,16 +235,14 @@ def test_claim_replaced_by_a_namesake_is_kept(env: Env) -> None:
     env.delete_node("n1")
     wait_for(lambda: "pv-a" in ctl.scheduled(), what="pv-a scheduled")
     env.apiserver.delete("v1", "PersistentVolumeClaim", "data-a", NS)
-    namesake = claim("data-a", "local")
-    namesake["spec"]["volumeName"] = "pv-a"
-    env.apiserver.create(namesake)
+    env.apiserver.create(claim_for("data-a", "pv-a"))
     env.drive(lambda: outcomes(ctl, "pv-a"), "pv-a re-checked")
     assert outcomes(ctl, "pv-a")[0].startswith("claim kept:")
     assert env.pvc("data-a") is not None and pvc_deletes(env.apiserver) == 0
 
 
 def test_volume_whose_claim_ref_has_another_uid_never_costs_the_claim(env: Env) -> None:
-    env.apiserver.create(claim("data-a", "local") | {"spec": {**claim("x", "local")["spec"], "volumeName": "pv-a"}})
+    env.apiserver.create(claim_for("data-a", "pv-a"))
     ref = {"kind": "PersistentVolumeClaim", "namespace": NS, "name": "data-a", "uid": "0b5e6a3c-dead-beef"}
     env.apiserver.create(local_pv("pv-a", claim_ref=ref, policy="Retain"))
     wait_for(lambda: env.phase("pv-a") == "Released", what="binder releases the mismatched volume")
@@ -319,8 +324,7 @@ def test_stale_volumes_available_or_released_delete_are_deleted_others_kept(env:
 
 def test_volume_whose_claim_still_exists_is_left_to_the_claim_path(env: Env) -> None:
     """Available with a claimRef to a live claim (the binder's claimRef written, phase not yet)."""
-    live = env.apiserver.create(claim("data-a", "local") | {"spec": {**claim("x", "local")["spec"],
-                                                                      "volumeName": "pv-other"}})
+    live = env.apiserver.create(claim_for("data-a", "pv-other"))
     ref = {"kind": "PersistentVolumeClaim", "namespace": NS, "name": "data-a", "uid": live["metadata"]["uid"]}
     env.apiserver.create(local_pv("pv-a", claim_ref=ref))
     pv = env.pv("pv-a") or {}
@@ -344,13 +348,65 @@ def test_server_errors_are_retried_and_the_outcome_is_still_right(env: Env) -> N
         env.apiserver.faults.error_rate(verb, rate, 503 if verb == "list" else 500)
     ctl = env.start()
     env.delete_node("n1")
-    env.drive(lambda: env.pvc("data-a") is None and env.pv("pv-a") is None, "claim and volume deleted despite faults",
+    env.drive(lambda: counter(ctl, "persistentvolume_delete", phase="Released"), "volume deleted despite faults",
               step=2.0)
     env.apiserver.faults.reset()
     assert env.apiserver.requests.count(status=500) > 0
+    assert env.pvc("data-a") is None and env.pv("pv-a") is None
     assert env.pvc("data-b") is not None and env.phase("pv-b") == "Bound"
     assert counter(ctl, "persistentvolumeclaim_delete") == 1
-    assert counter(ctl, "persistentvolume_delete", phase="Released") == 1
+
+
+def test_failed_claim_deletion_is_counted_and_retried_with_backoff(env: Env) -> None:
+    env.bound_pair("pv-a", "data-a", policy="Retain")
+    env.apiserver.deny("delete", "persistentvolumeclaims")  # 403: permanent, so the queue must retry
+    ctl = env.start()
+    env.delete_node("n1")
+    env.drive(lambda: counter(ctl, "persistentvolumeclaim_delete_failed") >= 2, "two failed attempts")
+    assert env.pvc("data-a") is not None and "pv-a" in ctl.scheduled()
+    assert all(outcome.startswith("retry: 403") for outcome in outcomes(ctl, "pv-a"))
+    env.apiserver.allow_all()
+    env.drive(lambda: "claim default/data-a deleted" in outcomes(ctl, "pv-a"), "claim deleted once allowed")
+    assert env.pvc("data-a") is None and ctl.scheduled() == {}
+    assert counter(ctl, "persistentvolumeclaim_delete") == 1
+
+
+def test_probes_report_synced_caches_and_a_stuck_stale_loop(env: Env) -> None:
+    ctl = env.start()
+    assert ctl.ready()[0] and ctl.healthy()[0]
+    ctl.stop()  # no more passes from here on
+    env.clock.advance(301.0)
+    ok, message = ctl.healthy()
+    assert not ok and "301s ago" in message
+
+
+# ---------------------------------------------------------------- node lookups
+
+
+def test_node_lookup_asks_the_server_when_the_cache_does_not_know(env: Env) -> None:
+    env.apiserver.create(node("machine-7", labels={HOST: "n9"}))
+    empty = Informer(env.api, NODES)  # never started: it knows no node
+    view = ClusterView(env.api, empty)
+    assert view.node_exists("n1") and view.node_exists("n9")
+    assert not view.node_exists("n4")
+    assert not view.node_exists("x" * 70)  # too long for a label value: no label query at all
+    env.apiserver.faults.error_rate("get", 1.0, 500)
+    assert view.assume_node("n4")  # cannot tell: assume it exists
+
+
+def test_node_lookup_trusts_the_cache_for_existence(env: Env) -> None:
+    env.apiserver.create(node("machine-7", labels={HOST: "n9"}))
+    nodes = Informer(env.api, NODES)
+    nodes.start()
+    try:
+        wait_for(lambda: len(nodes) == 4, what="node cache")
+        view = ClusterView(env.api, nodes)
+        env.apiserver.requests.clear()
+        assert view.node_in_cache("n1") and view.node_in_cache("n9") and not view.node_in_cache("n4")
+        assert view.node_exists("n9")
+        assert len(env.apiserver.requests) == 0
+    finally:
+        nodes.stop()
 
 
 def _free_port() -> int:
