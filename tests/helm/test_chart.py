@@ -21,7 +21,7 @@ from localpv.config import load_config
 from localpv.doctor import required_access
 from localpv.naming import NODE_LABEL_KEY
 from localpv.testing.apiserver import KUBE_VERSION
-from tests.helm.chart import CI_VALUES, NAMESPACE, Install, load_values, run_helm
+from tests.helm.chart import CI_VALUES, NAMESPACE, Install, lint, load_values, run_helm
 
 Obj = dict[str, Any]
 
@@ -472,3 +472,10 @@ def test_doctor_checks_exactly_the_permissions_the_chart_grants_the_agent(
     granted = {(verb, resource) for kind in ("ClusterRole", "Role")
                for resource, verbs in _granted(inst, kind).items() for verb in verbs}
     assert needed == granted
+
+
+def test_helm_lint_finds_no_warning_or_error(helm_python: Path, tmp_path: Path) -> None:
+    result = lint(helm_python, tmp_path)
+    assert result["TotalChartsLinted"] == 1
+    # Helm's severities: 1 info (e.g. "icon is recommended"), 2 warning, 3 error
+    assert [m for m in result["Messages"] or [] if m["Severity"] >= 2] == []
