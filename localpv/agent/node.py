@@ -140,6 +140,7 @@ class NodeAgent:
         self._first_seen: dict[str, float] = {}
         self.collisions: dict[str, str] = {}
         self._taint_removed = False
+        self._pass_lock = threading.Lock()
         self.node: NodeInfo | None = None
         self.provisioner = ""
         self.last_plan: Plan | None = None
@@ -360,6 +361,11 @@ class NodeAgent:
         return statuses
 
     def reconcile_once(self) -> Plan:
+        """One pass; passes never overlap (the loop thread and direct callers share a lock)."""
+        with self._pass_lock:
+            return self._reconcile()
+
+    def _reconcile(self) -> Plan:
         started = time.monotonic()
         world = self.gather()
         result = plan(world)
@@ -482,12 +488,26 @@ class NodeAgent:
             return
         except ApiError as err:
             log.warning("creating PV %s for %s failed: %s", name, create.host_path, err)
-            self.journal.apply({create.host_path: None})
+            self._forget_failed_create(create)
             return
         self._first_seen.pop(create.host_path, None)
         self.metrics.discovery.labels(create.mode).inc()
         self.metrics.discovery_duration.labels(create.mode).observe(self.clock.monotonic() - first)
         log.info("created PV %s for %s (%s, %d bytes)", name, create.host_path, create.mode, create.capacity)
+
+    def _forget_failed_create(self, create: CreatePV) -> None:
+        """Drop the journal's "offered" record only if the PV surely does not exist.
+
+        A create that timed out or got a 5xx may still have succeeded on the server; such a
+        PV could be bound, used and deleted before our cache shows it. Keeping the record
+        then makes the orphan check clean the volume before it is offered again.
+        """
+        try:
+            self.api.get(PERSISTENT_VOLUMES, create.pv["metadata"]["name"])
+        except NotFound:
+            self.journal.apply({create.host_path: None})
+        except ApiError:
+            pass  # unknown: keep the record; the orphan check settles it later
 
     def _on_name_taken(self, create: CreatePV) -> None:
         """Our deterministic name exists: it is our own PV (cache lag, missing label) or a collision."""

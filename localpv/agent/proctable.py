@@ -75,6 +75,11 @@ class ProcTable:
         return True
 
     def _run(self, name: str, fn: CleanFn, cancel: threading.Event) -> None:
+        with self._lock:
+            current = self._states.get(name)
+            if current is not None:
+                # Elapsed time and durations count from the actual start, not the queueing.
+                self._states[name] = replace(current, started=self.clock.now())
         try:
             outcome = fn(cancel)
         except Exception as err:  # a bug or OS error in cleaning is a failed cleanup
@@ -133,9 +138,12 @@ class ProcTable:
                 "local_volume_provisioner_proctable_failed": self.failed_total,
             }
 
-    def shutdown(self, wait: float = 10.0) -> None:
-        """Cancel running cleanups and stop the pool (they restart after the next start)."""
+    def shutdown(self, wait: bool = True) -> None:
+        """Drop queued cleanups, cancel running ones, and stop the pool (the journal makes
+        the next agent start them again)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             for event in self._cancel.values():
                 event.set()
-        self._pool.shutdown(wait=wait > 0, cancel_futures=True)
+        if wait:
+            self._pool.shutdown(wait=True)

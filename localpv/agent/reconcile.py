@@ -240,15 +240,21 @@ def _track_usage(world: World, journal: dict[str, JournalEntry], out: Plan) -> N
             _set(journal, out, path, JournalEntry(str(meta.get("name")), cls, state, world.now, claim))
         elif entry.state == OFFERED and pv_is_claimed(pv):
             _set(journal, out, path, replace(entry, state=USED, since=world.now, claim=claim))
-        elif entry.state == CLEAN and _reclaimed_after_clean(pv, entry):
+        elif entry.state == CLEAN and (pv_phase(pv) != "Released" or _new_claim(pv, entry)):
             # A clean entry with a PV is normally the cleaned PV awaiting deletion. If that
-            # PV was bound again meanwhile (an admin cleared its claimRef), it holds the new
-            # tenant's data: it must be cleaned again, not deleted as clean.
+            # PV is on offer or bound again (an admin cleared its claimRef), it may hold or
+            # soon hold a new tenant's data: track it like any other offered volume.
+            state = USED if pv_is_claimed(pv) else OFFERED
+            _set(journal, out, path, replace(entry, state=state, since=world.now, claim=claim))
+        elif entry.state in (USED, CLEANING) and _new_claim(pv, entry):
+            # Another claim used the volume since we recorded it (claimRef cleared and
+            # re-bound mid-clean): cleanups that started before now say nothing about it.
             _set(journal, out, path, replace(entry, state=USED, since=world.now, claim=claim))
 
 
-def _reclaimed_after_clean(pv: Obj, entry: JournalEntry) -> bool:
-    return pv_phase(pv) == "Bound" or (bool(entry.claim) and pv_claim_uid(pv) not in ("", entry.claim))
+def _new_claim(pv: Obj, entry: JournalEntry) -> bool:
+    """The PV names a claim other than the one the journal recorded."""
+    return bool(entry.claim) and pv_claim_uid(pv) not in ("", entry.claim)
 
 
 def _find_entry(world: World, cls: ClassConfig, container_path: str) -> Entry | None:
@@ -290,8 +296,10 @@ def _plan_release(world: World, journal: dict[str, JournalEntry], pv: Obj, out: 
         why = "it is not a local volume" if path is None else f"Unknown storage class name {cls_name!r}"
         out.events.append(EventSpec(pv, WARNING, "VolumeFailedDelete", f"Cannot clean volume: {why}"))
         return
-    sharing = [other for other in world.pvs if other is not pv and pv_host_path(other) == path
-               and pv_phase(other) != "Released"]
+    same_path = [other for other in world.pvs if other is not pv and pv_host_path(other) == path]
+    sharing = [other for other in same_path if pv_phase(other) != "Released"]
+    if any(str(pv_meta(other).get("name")) < name for other in same_path) and not sharing:
+        return  # duplicates for one volume are reclaimed one at a time, in name order
     if sharing:
         # Duplicate PVs for one path (e.g. made by upstream under two class names): the
         # volume is in use or on offer through the other one; wiping it would destroy or
@@ -305,6 +313,8 @@ def _plan_release(world: World, journal: dict[str, JournalEntry], pv: Obj, out: 
     status = _current_status(world, out, name, entry, uid)
     if entry.state != CLEAN:
         _set(journal, out, path, entry.with_state(CLEANING, world.now) if entry.state != CLEANING else entry)
+    if status is not None and status.state == RUNNING:
+        return  # never delete (or re-offer) while this volume is being wiped
     if entry.state == CLEAN and status is not None and status.state == SUCCEEDED:
         out.deletes.append(DeletePV(pv, path, _is_block(world, cls, path), status))
         return

@@ -1041,8 +1041,6 @@ def test_never_wipe_a_volume_another_pv_still_publishes(other_phase: str) -> Non
         assert event.reason == "VolumeFailedDelete" and other["metadata"]["name"] in event.message
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: with two Released PVs for one path, once one cleanup succeeds the "
-                                       "other PV is deleted as 'clean' while its own cleanup is still running")
 def test_no_delete_while_the_pvs_own_cleanup_runs() -> None:
     # Both duplicates were released, so both got a cleanup (neither blocks the other).
     # a's cleaner finished first; b's is still wiping. Deleting b now lets the next pass
@@ -1059,8 +1057,6 @@ def test_no_delete_while_the_pvs_own_cleanup_runs() -> None:
     assert b not in [d.pv for d in result.deletes]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a 'cleaning' entry ignores a new claim on its PV, so a cleanup that "
-                                       "finished before the new tenant wrote is trusted and the PV deleted as clean")
 def test_cleanup_that_predates_a_new_claim_is_not_trusted() -> None:
     # The cleaner of claim-A's data was running (or backing off) when an admin cleared
     # the Released PV's claimRef; claim-B bound it, wrote, and released it. The success
@@ -1528,8 +1524,6 @@ def test_scripted_failed_delete_then_orphan_is_cleaned_before_offering() -> None
     assert [c.host_path for c in _pass(sim).creates] == ["/mnt/disks/v1"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a 'clean' entry whose PV is on offer again (admin cleared the claimRef "
-                                       "of the stuck cleaned PV) is still trusted as clean when that PV vanishes")
 def test_scripted_reused_clean_pv_deleted_unseen_is_cleaned_before_offering() -> None:
     # Found by the multi-pass simulation: the cleaned PV's DELETE fails, an admin clears
     # its claimRef to reuse it, a tenant binds it and writes, and the PV is deleted before
