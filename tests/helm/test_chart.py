@@ -33,6 +33,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     **{name: load_values(name) for name in CI_FILES},
     "config-changed": {"classes": [{"name": "fast-disks", "hostDir": "/mnt/other"}]},
     "labels-changed": {"podLabels": {"rollout": "2"}},
+    "os-selector": {"nodeSelector": {"kubernetes.io/os": "linux", "disk": "ssd"}},
     "shared-mount-dir": {"classes": [{"name": "a", "hostDir": "/mnt/disks"},
                                      {"name": "b", "hostDir": "/mnt/disks", "namePattern": "b-*"}]},
     # values Helm must refuse, each with a message that names the problem
@@ -212,6 +213,11 @@ def test_daemonset_mounts_each_discovery_dir_with_host_to_container_propagation(
     state = mounts["/var/lib/localpv"]
     assert volumes[state["name"]]["hostPath"] == {"path": "/var/lib/localpv", "type": "DirectoryOrCreate"}
     assert "--state-dir=/var/lib/localpv" in container(ds)["args"]
+
+
+def test_a_node_selector_that_names_the_os_too(installs: dict[str, Install]) -> None:
+    ds = installed(installs, "os-selector").one("apps/v1", "DaemonSet")
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux", "disk": "ssd"}
 
 
 def test_two_classes_sharing_a_directory_mount_it_once(installs: dict[str, Install]) -> None:
