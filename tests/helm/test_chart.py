@@ -33,6 +33,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     **{name: load_values(name) for name in CI_FILES},
     "config-changed": {"classes": [{"name": "fast-disks", "hostDir": "/mnt/other"}]},
     "labels-changed": {"podLabels": {"rollout": "2"}},
+    "templated-topology": {"classes": [{
+        "name": "zoned", "hostDir": "/mnt/zoned", "storageClass": True,
+        "allowedTopologies": "- matchLabelExpressions:\n  - key: topology.kubernetes.io/zone\n"
+                             "    values: [\"{{ .Release.Namespace }}-a\"]"}]},
     "os-selector": {"nodeSelector": {"kubernetes.io/os": "linux", "disk": "ssd"}},
     "shared-mount-dir": {"classes": [{"name": "a", "hostDir": "/mnt/disks"},
                                      {"name": "b", "hostDir": "/mnt/disks", "namePattern": "b-*"}]},
@@ -313,6 +317,9 @@ def test_storage_class_topology_and_provisioner_override(installs: dict[str, Ins
     sc = installed(installs, "upstream-block-jobs-values.yaml").one("storage.k8s.io/v1", "StorageClass", "nvme-block")
     [term] = sc["allowedTopologies"]
     assert term["matchLabelExpressions"][0]["values"] == ["i3.large", "i3.xlarge"]
+    templated = installed(installs, "templated-topology").one("storage.k8s.io/v1", "StorageClass", "zoned")
+    assert templated["allowedTopologies"] == [{"matchLabelExpressions": [
+        {"key": "topology.kubernetes.io/zone", "values": [f"{NAMESPACE}-a"]}]}]
     hint = installed(installs, "everything-values.yaml").one("storage.k8s.io/v1", "StorageClass", "local-block")
     assert hint["provisioner"] == "example.com/local-autoscaler-hint"
 
