@@ -19,6 +19,7 @@ import pytest
 
 from localpv.agent.journal import Journal
 from localpv.agent.node import AgentOptions, NodeAgent
+from localpv.agent.nodecleanup import NodeCleanupController, NodeCleanupOptions, parse_class_names
 from localpv.config import parse_config, read_config_data
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
@@ -44,11 +45,13 @@ AGENT_VALUES: dict[str, Any] = {
 }
 NFS_VALUES: dict[str, Any] = {"nfs": {"server": "nfs.example.com", "path": "/exports"},
                               "storageClass": {"onDelete": "delete"}}
+CLEANUP_VALUES: dict[str, Any] = {"nodeCleanup": {"enabled": True},
+                                  "classes": [{"name": "local-fs", "hostDir": "/mnt/local-fs"}]}
 
 
 @pytest.fixture(scope="module")
 def charts(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
-    done = {"agent": Install(AGENT_VALUES), "nfs": Install(NFS_VALUES)}
+    done = {"agent": Install(AGENT_VALUES), "nfs": Install(NFS_VALUES), "node-cleanup": Install(CLEANUP_VALUES)}
     try:
         run_helm(helm_python, list(done.values()), tmp_path_factory.mktemp("helm"))
         for name, inst in done.items():
@@ -221,5 +224,44 @@ def test_nfs_lifecycle_needs_nothing_beyond_the_charts_rbac(charts: dict[str, In
         assert refused(server, grants_for(inst, sa)) == []
         assert ("update", "leases") in {(r.verb, r.resource) for r in server.requests} or (
             "create", "leases") in {(r.verb, r.resource) for r in server.requests}
+    finally:
+        server.stop()
+
+
+def test_node_cleanup_needs_nothing_beyond_the_charts_rbac(charts: dict[str, Install]) -> None:
+    inst = charts["node-cleanup"]
+    deploy = inst.one("apps/v1", "Deployment")
+    args = dict(a.split("=", 1) for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"] if "=" in a)
+    server = ApiServer(binder=True).start()
+    try:
+        server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        server.create(node("gone-soon"))
+        affinity = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gone-soon"]}]}]}}
+        server.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "local-pv-1"},
+                       "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteOnce"],
+                                "storageClassName": "local-fs", "persistentVolumeReclaimPolicy": "Delete",
+                                "local": {"path": "/mnt/local-fs/d1"}, "nodeAffinity": affinity}})
+        data = claim("data", "local-fs", namespace=NAMESPACE)
+        data["spec"]["volumeName"] = "local-pv-1"
+        server.create(data)
+        wait_for(lambda: (server.get("v1", "PersistentVolume", "local-pv-1") or {}).get("status", {}).get("phase")
+                 == "Bound", what="volume bound")
+        server.requests.clear()
+        options = NodeCleanupOptions(parse_class_names(args["--storageclass-names"]), pvc_deletion_delay=0.2,
+                                     stale_pv_discovery_interval=0.2, worker_threads=2, sync_timeout=10.0)
+        controller = NodeCleanupController(KubeApi(server.api_client(), backoff=FAST), options)
+        controller.start()
+        try:
+            server.delete("v1", "Node", "gone-soon")
+            wait_for(lambda: server.get("v1", "PersistentVolume", "local-pv-1") is None, timeout=15,
+                     what="claim and volume of the deleted node removed")
+            assert server.get("v1", "PersistentVolumeClaim", "data", NAMESPACE) is None
+        finally:
+            controller.stop()
+        sa = deploy["spec"]["template"]["spec"]["serviceAccountName"]
+        assert refused(server, grants_for(inst, sa)) == []
+        used = {(r.verb, r.resource) for r in server.requests}
+        assert {("delete", "persistentvolumeclaims"), ("delete", "persistentvolumes")} <= used
     finally:
         server.stop()
