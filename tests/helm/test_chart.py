@@ -492,3 +492,22 @@ def test_helm_lint_finds_no_warning_or_error(helm_python: Path, tmp_path: Path) 
     assert result["TotalChartsLinted"] == 1
     # Helm's severities: 1 info (e.g. "icon is recommended"), 2 warning, 3 error
     assert [m for m in result["Messages"] or [] if m["Severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("name", ["defaults", "everything-values.yaml", "nfs-subdir-values.yaml"])
+def test_every_container_command_line_is_accepted_by_the_cli(
+        installs: dict[str, Install], name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The args the chart renders parse (durations, flags) with the command they name, and
+    the environment the chart sets fills what the args leave out."""
+    inst = installed(installs, name)
+    workloads = inst.server.list("apps/v1", "DaemonSet", NAMESPACE) + inst.server.list("apps/v1", "Deployment",
+                                                                                         NAMESPACE)
+    assert workloads
+    for workload in workloads:
+        c = container(workload)
+        with monkeypatch.context() as env:
+            for var in c.get("env") or []:
+                env.setenv(var["name"], var.get("value") or "from-downward-api")
+            command = cli.commands[c["args"][0]]
+            ctx = command.make_context(c["args"][0], list(c["args"][1:]))
+            assert ctx.params, workload["metadata"]["name"]
