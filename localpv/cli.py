@@ -9,12 +9,37 @@ Options read environment variables too: each option names its variable explicitl
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from localpv import __version__
 
+if TYPE_CHECKING:
+    from localpv.config import LoadedConfig
+
 CONFIG_ERROR_EXIT = 2
+
+
+def _load_config_or_exit(path: str) -> LoadedConfig:
+    """Load the configuration; on problems print each (with typo hints) and exit 2.
+
+    Warnings of a valid configuration go to stderr too: they are usually typos.
+    """
+    from localpv.config import ConfigError, load_config
+
+    try:
+        loaded = load_config(path)
+    except ConfigError as err:
+        for problem in err.problems:
+            click.echo(f"error: {problem}", err=True)
+        for warning in err.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        click.echo(f"{path}: configuration is invalid", err=True)
+        sys.exit(CONFIG_ERROR_EXIT)
+    for warning in loaded.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    return loaded
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "LOCALPV"})
@@ -51,20 +76,9 @@ def config_check(path: str, output: str) -> None:
 
     import yaml
 
-    from localpv.config import ConfigError, config_to_data, load_config
+    from localpv.config import config_to_data
 
-    try:
-        loaded = load_config(path)
-    except ConfigError as err:
-        for problem in err.problems:
-            click.echo(f"error: {problem}", err=True)
-        for warning in err.warnings:
-            click.echo(f"warning: {warning}", err=True)
-        click.echo(f"{path}: configuration is invalid", err=True)
-        sys.exit(CONFIG_ERROR_EXIT)
-    for warning in loaded.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    data = config_to_data(loaded.config)
+    data = config_to_data(_load_config_or_exit(path).config)
     if output == "json":
         click.echo(json.dumps(data, indent=2, sort_keys=False))
     else:
@@ -95,14 +109,8 @@ def discover(dry_run: bool, config_path: str, node_name: str, output: str, kubec
 
     from localpv.agent.dryrun import dry_run as run_dry
     from localpv.agent.dryrun import render_table
-    from localpv.config import ConfigError, load_config
 
-    try:
-        config = load_config(config_path).config
-    except ConfigError as err:
-        for problem in err.problems:
-            click.echo(f"error: {problem}", err=True)
-        sys.exit(CONFIG_ERROR_EXIT)
+    config = _load_config_or_exit(config_path).config
     api = None
     if kubeconfig:
         from localpv.kube.api import KubeApi
@@ -172,7 +180,6 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
 
     from localpv.agent.journal import Journal, JournalError
     from localpv.agent.node import AgentError, AgentOptions, NodeAgent
-    from localpv.config import ConfigError, load_config
     from localpv.httpserver import StatusServer
     from localpv.kube.api import KubeApi
     from localpv.kube.client import ClientConfigError, make_api_client
@@ -180,14 +187,7 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
     from localpv.metrics import AgentMetrics
 
     log = logging.getLogger("localpv.agent")
-    try:
-        loaded = load_config(config_path)
-    except ConfigError as err:
-        for problem in err.problems:
-            click.echo(f"error: {problem}", err=True)
-        sys.exit(CONFIG_ERROR_EXIT)
-    for warning in loaded.warnings:
-        log.warning("configuration: %s", warning)
+    loaded = _load_config_or_exit(config_path)
     try:
         journal = Journal(os.path.join(state_dir, "journal.json"))
         api_client = make_api_client(kubeconfig)
