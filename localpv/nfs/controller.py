@@ -270,7 +270,7 @@ class ProvisionController:
             if pv_name in self._created or self.cache.pvs.get(pv_name) is not None:
                 return False
         if not self.may_act():
-            return False
+            return True  # a late renewal, or leadership ending: retry later (moot if we stop)
         if (claim.get("spec") or {}).get("volumeMode") == "Block" and not self.provisioner.supports_block:
             self._failed(claim, class_name, f"{self.settings.provisioner_name} does not support block volume "
                                             "provisioning")
@@ -298,7 +298,7 @@ class ProvisionController:
     def _save(self, claim: Obj, class_name: str, pv_name: str, volume: Obj, started: float) -> bool:
         """Create the PV object (once; a repeat is ``AlreadyExists``). True means retry."""
         if not self.may_act():
-            return False  # the lease is gone: the next leader adopts the directory and creates the PV
+            return True  # if the lease is really gone, the next leader adopts the directory instead
         pv = finish_volume(volume, claim, class_name, self.settings.provisioner_name)
         with self._lock:
             self._created.add(pv_name)
@@ -336,8 +336,10 @@ class ProvisionController:
     def _sync_volume(self, name: str) -> bool:
         """Dispose of a released volume's directory and delete the PV; True means retry."""
         cached = self.cache.pvs.get(name)
-        if cached is None or not self._volume_wanted(cached) or not self.may_act():
+        if cached is None or not self._volume_wanted(cached):
             return False
+        if not self.may_act():
+            return True
         try:
             pv = self.api.get(PERSISTENT_VOLUMES, name)  # a stale cache must not decide to delete data
         except NotFound:

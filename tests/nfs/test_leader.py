@@ -12,9 +12,14 @@ from localpv.kube.api import KubeApi
 from localpv.kube.errors import NO_RETRY
 from localpv.kube.events import EventRecorder
 from localpv.kube.leader import LeaderElector, LeaseConfig, lock_name
+from localpv.nfs.controller import ClusterCache, ControllerSettings, ProvisionController
+from localpv.nfs.export import Export
+from localpv.nfs.metrics import NfsMetrics
+from localpv.nfs.provisioner import NfsProvisioner, NfsSource
+from localpv.nfs.workqueue import ItemBackoff
 from localpv.testing.apiserver import ApiServer
 from tests.conftest import wait_for
-from tests.nfs.conftest import PROVISIONER, Cluster, Layout, Replicas, metric
+from tests.nfs.conftest import NFS_PATH, PROVISIONER, SERVER, Cluster, Layout, Replicas, metric
 
 LEASE = 1.0
 RETRY = 0.1
@@ -147,3 +152,28 @@ def test_two_replicas_provision_each_claim_once_and_the_survivor_takes_over(clus
     assert len(claims_with_pv) == len(set(claims_with_pv)) == 20
     holder = cluster.server.get("coordination.k8s.io/v1", "Lease", lock_name(PROVISIONER), "kube-system")
     assert holder is not None and holder["spec"]["holderIdentity"] == standby.options.identity
+
+
+def test_a_controller_that_may_not_act_touches_nothing_and_catches_up_later(apiserver: ApiServer, cluster: Cluster,
+                                                                            layout: Layout) -> None:
+    """``may_act`` is the lease check before disk and API writes; a late renewal must delay
+    work, not drop it."""
+    allowed = threading.Event()
+    api = KubeApi(apiserver.api_client())
+    cache = ClusterCache(api)
+    provisioner = NfsProvisioner(NfsSource(SERVER, NFS_PATH, str(layout.export)), Export(str(layout.export)), cache)
+    recorder = EventRecorder(api, component="test")
+    controller = ProvisionController(api, cache, provisioner,
+                                     ControllerSettings(PROVISIONER, backoff=ItemBackoff(0.05, 0.2)),
+                                     recorder=recorder, metrics=NfsMetrics(), may_act=allowed.is_set)
+    cluster.storage_class()
+    cluster.claim("patient")
+    controller.start()
+    try:
+        wait_for(lambda: controller.claim_queue.num_requeues("default/patient") >= 2, what="retried, not dropped")
+        assert cluster.pvs() == [] and list(layout.export.iterdir()) == []
+        assert recorder.history == []
+        allowed.set()
+        wait_for(lambda: cluster.bound_pv("patient"), what="provisioned once allowed")
+    finally:
+        controller.stop()
