@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from localpv.nfs.export import Export, UnsafeDirectory
-from tests.nfs.conftest import Layout
+from localpv.nfs.pathpattern import PathRejected, claim_subpath
+from tests.nfs.conftest import Layout, snapshot
 
 
 def mode(path: Path) -> int:
@@ -154,3 +158,36 @@ def test_the_export_root_itself_is_never_a_volume(layout: Layout, export: Export
         with pytest.raises(UnsafeDirectory, match="export root"):
             call()
     assert os.listdir(layout.export) == ["keep"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    pattern=st.sampled_from(["${.PVC.annotations.p}", "${.PVC.namespace}/${.PVC.annotations.p}",
+                             "x/${.PVC.labels.l}/${.PVC.annotations.p}"]),
+    value=st.lists(st.sampled_from(["..", ".", "", "/", "a", "b", "evil", "é", "\x00"]), max_size=6).map("".join),
+    label=st.sampled_from(["a", "evil", ""]),
+)
+def test_whatever_a_claim_says_the_directory_made_is_inside_the_export(pattern: str, value: str,
+                                                                       label: str) -> None:
+    """Render, validate and create for real, with links planted to ``/`` and to a neighbour:
+    either a refusal, or a new directory whose real path is strictly inside the export."""
+    with tempfile.TemporaryDirectory() as tmp:
+        export, outside = Path(tmp, "export"), Path(tmp, "outside")
+        (export / "x").mkdir(parents=True)
+        outside.mkdir()
+        os.symlink("/", export / "evil")
+        os.symlink(outside, export / "x" / "evil")
+        before_root, before_outside = sorted(os.listdir("/")), snapshot(outside)
+        meta = {"name": "c", "namespace": "ns", "labels": {"l": label} if label else {},
+                "annotations": {"p": value}}
+        try:
+            sub = claim_subpath(pattern, meta, "pvc-1")
+            Export(str(export)).make_directory(sub.parts, 0o777)
+        except (PathRejected, UnsafeDirectory):
+            pass
+        else:
+            real = os.path.realpath(export.joinpath(*sub.parts))
+            assert real.startswith(str(export) + os.sep)
+            assert os.path.isdir(real) and not os.path.islink(export.joinpath(*sub.parts))
+        assert sorted(os.listdir("/")) == before_root
+        assert snapshot(outside) == before_outside
