@@ -271,6 +271,7 @@ class PVBinder(Reconciler):
 
     def reconcile(self) -> None:
         claims, volumes = self._dirty()
+        self._index_volumes()
         for claim in sorted(claims, key=lambda c: (c["metadata"].get("creationTimestamp", ""), _key(c))):
             self._sync_claim(claim)  # a claim's sync writes only that claim and volumes
         claims_now = {_key(c): c for c in self.cluster.view("v1", "PersistentVolumeClaim")}
@@ -385,7 +386,7 @@ class PVBinder(Reconciler):
         waiting = delayed and node is None  # then only a volume pre-bound to the claim will do
         wanted_class = str(cspec.get("storageClassName") or "")
         candidates: list[tuple[int, int, str, Obj]] = []
-        for volume in self.cluster.view("v1", "PersistentVolume"):
+        for volume in self._candidates(claim, wanted_class):
             vspec = volume.get("spec", {})
             if vspec.get("claimRef"):
                 if _bound_to(volume, claim) and self._fits(volume, cspec, request):
@@ -401,6 +402,29 @@ class PVBinder(Reconciler):
             if self._fits_node(vspec, node):
                 candidates.append((len(modes), _storage(vspec.get("capacity")), volume["metadata"]["name"], volume))
         return min(candidates, key=lambda c: c[:3])[3] if candidates else None
+
+    def _index_volumes(self) -> None:
+        """Index volumes once per pass by the claim they name and by class, so matching a
+        claim looks at its own candidates, not at every volume (1,000 pending claims
+        against 1,000 volumes would otherwise hold the store lock for seconds)."""
+        self._by_ref: dict[tuple[str, str], list[str]] = {}
+        self._by_class: dict[str, list[str]] = {}
+        for volume in self.cluster.view("v1", "PersistentVolume"):
+            name = volume["metadata"]["name"]
+            ref = _ref_key(volume)
+            if ref is not None:
+                self._by_ref.setdefault(ref, []).append(name)
+            else:
+                self._by_class.setdefault(str(volume.get("spec", {}).get("storageClassName") or ""), []).append(name)
+
+    def _candidates(self, claim: Obj, wanted_class: str) -> list[Obj]:
+        """The current versions of the volumes that could match ``claim``, in name order.
+
+        Read through :meth:`_volume`, so binds made earlier in this pass are seen (a volume
+        indexed as free may have been claimed since; the caller's checks drop it)."""
+        names = self._by_ref.get(_key(claim), []) + self._by_class.get(wanted_class, [])
+        found = (self._volume(name) for name in sorted(set(names)))
+        return [v for v in found if v is not None]
 
     @staticmethod
     def _fits(volume: Obj, cspec: Obj, request: int) -> bool:
