@@ -385,11 +385,11 @@ def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: 
         failed_delete_threshold: int, lease_duration: float, renew_deadline: float, retry_period: float) -> None:
     """Provision one subdirectory of an NFS export per claim (nfs-subdir-external-provisioner)."""
     from localpv.kube.client import ClientConfigError
+    from localpv.kube.workqueue import ItemBackoff
     from localpv.nfs.app import NfsOptions, check_mount_dir, election_namespace, run
     from localpv.nfs.controller import ControllerSettings
     from localpv.nfs.params import parse_bool
     from localpv.nfs.provisioner import NfsSource
-    from localpv.nfs.workqueue import ItemBackoff
 
     problems = [f"{env} is required (or {flag})" for env, flag, value in (
         ("NFS_SERVER", "--nfs-server", nfs_server), ("NFS_PATH", "--nfs-path", nfs_path),

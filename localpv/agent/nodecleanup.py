@@ -47,9 +47,9 @@ from localpv.kube.errors import ApiError, Conflict, NotFound
 from localpv.kube.events import WARNING, EventRecorder
 from localpv.kube.informer import Informer
 from localpv.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from localpv.kube.workqueue import ItemBackoff, WorkQueue
 from localpv.metrics import NodeCleanupMetrics
 from localpv.naming import HOSTNAME_LABEL_KEY, node_label_value
-from localpv.nfs.workqueue import ItemBackoff, WorkQueue
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from localpv.kube.events import NORMAL, WARNING, EventRecorder
 from localpv.kube.informer import Informer, object_key
 from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES
+from localpv.kube.workqueue import ItemBackoff, WorkQueue
 from localpv.naming import PROVISIONED_BY_ANNOTATION
 from localpv.nfs.metrics import NfsMetrics
 from localpv.nfs.provisioner import DeleteFailed, Note, NotMine, Provisioned, ProvisionFailed, ProvisionRequest
-from localpv.nfs.workqueue import ItemBackoff, WorkQueue
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from localpv.kube.api import KubeApi
 from localpv.kube.events import EventRecorder
 from localpv.kube.informer import Informer
 from localpv.kube.resources import NODES
+from localpv.kube.workqueue import ItemBackoff
 from localpv.metrics import NodeCleanupMetrics
-from localpv.nfs.workqueue import ItemBackoff
 from localpv.testing.apiserver import ApiServer
 from localpv.testing.objects import claim, node, storage_class
 from tests.conftest import wait_for

@@ -15,12 +15,12 @@ from localpv.clock import Clock
 from localpv.kube.api import KubeApi, Obj
 from localpv.kube.errors import Backoff
 from localpv.kube.events import RecordedEvent
+from localpv.kube.workqueue import ItemBackoff
 from localpv.naming import PROVISIONED_BY_ANNOTATION
 from localpv.nfs.app import NfsOptions, NfsReplica
 from localpv.nfs.controller import ControllerSettings
 from localpv.nfs.metrics import NfsMetrics
 from localpv.nfs.provisioner import NfsSource
-from localpv.nfs.workqueue import ItemBackoff
 from localpv.testing.apiserver import ApiServer
 from tests.conftest import wait_for
 

@@ -4,7 +4,7 @@ re-armed by the resync. A manual clock drives it, so the test takes no wall time
 from __future__ import annotations
 
 from localpv.clock import ManualClock
-from localpv.nfs.workqueue import ItemBackoff
+from localpv.kube.workqueue import ItemBackoff
 from tests.conftest import wait_for
 from tests.nfs.conftest import NFS_PATH, Cluster, Layout, Replicas, history, metric
 

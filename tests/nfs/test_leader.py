@@ -12,11 +12,11 @@ from localpv.kube.api import KubeApi
 from localpv.kube.errors import NO_RETRY
 from localpv.kube.events import EventRecorder
 from localpv.kube.leader import LeaderElector, LeaseConfig, lock_name
+from localpv.kube.workqueue import ItemBackoff
 from localpv.nfs.controller import ClusterCache, ControllerSettings, ProvisionController
 from localpv.nfs.export import Export
 from localpv.nfs.metrics import NfsMetrics
 from localpv.nfs.provisioner import NfsProvisioner, NfsSource
-from localpv.nfs.workqueue import ItemBackoff
 from localpv.testing.apiserver import ApiServer
 from tests.conftest import wait_for
 from tests.nfs.conftest import NFS_PATH, PROVISIONER, SERVER, Cluster, Layout, Replicas, metric

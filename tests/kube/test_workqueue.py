@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from localpv.clock import ManualClock
-from localpv.nfs.workqueue import ItemBackoff, WorkQueue
+from localpv.kube.workqueue import ItemBackoff, WorkQueue
 from tests.conftest import wait_for
 
 
