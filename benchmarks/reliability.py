@@ -1,10 +1,12 @@
 """The full fault campaign (issue 7): many cycles of API faults and SIGKILLs.
 
     python benchmarks/reliability.py agent --cycles 60 --volumes 6 --seed 1
+    python benchmarks/reliability.py nfs --cycles 60 --seed 1
 
 Runs :class:`localpv.testing.campaign.AgentCampaign` (real `localpv agent` processes,
-real tmpfs volumes, the API emulator's fault injection) and prints what was injected and
-checked. Any invariant violation ends the run with a non-zero exit and the violation.
+real tmpfs volumes, the API emulator's fault injection) or ``NfsCampaign`` (two
+leader-elected `localpv nfs` processes, a directory as the export, hostile claims) and
+prints what was injected and checked. Any invariant violation ends the run with a non-zero exit and the violation.
 Figures are recorded in docs/reliability.md. Needs root.
 """
 
@@ -16,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from localpv.testing.campaign import AgentCampaign, Violation
+from localpv.testing.campaign import AgentCampaign, NfsCampaign, Violation
 
 
 def main() -> None:
@@ -27,20 +29,32 @@ def main() -> None:
     agent.add_argument("--volumes", type=int, default=6)
     agent.add_argument("--cycle-seconds", type=float, default=3.0)
     agent.add_argument("--seed", type=int, default=1)
+    nfs = sub.add_parser("nfs")
+    nfs.add_argument("--cycles", type=int, default=60)
+    nfs.add_argument("--cycle-seconds", type=float, default=4.0)
+    nfs.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("needs root (tmpfs volumes)")
     workdir = Path(tempfile.mkdtemp(prefix="localpv-campaign-"))
-    campaign = AgentCampaign(workdir, volumes=args.volumes, cycles=args.cycles, cycle_seconds=args.cycle_seconds,
-                             seed=args.seed)
+    campaign: AgentCampaign | NfsCampaign
+    if args.what == "agent":
+        if os.geteuid() != 0:
+            sys.exit("needs root (tmpfs volumes)")
+        campaign = AgentCampaign(workdir, volumes=args.volumes, cycles=args.cycles,
+                                 cycle_seconds=args.cycle_seconds, seed=args.seed)
+    else:
+        campaign = NfsCampaign(workdir, cycles=args.cycles, cycle_seconds=args.cycle_seconds, seed=args.seed)
     try:
         report = campaign.run()
     except Violation as err:
         print(f"VIOLATION after {campaign.report.cycles} cycles: {err}")
         sys.exit(1)
-    print(f"agent campaign (seed {args.seed}, {args.volumes} volumes): {report.summary()}")
-    print("invariants held: no duplicate PV per path; no PV offered over unwiped data; no data removed while")
-    print("bound; every released volume cleaned and offered again once the faults stopped")
+    print(f"{args.what} campaign (seed {args.seed}): {report.summary()}")
+    if args.what == "agent":
+        print("invariants held: no duplicate PV per path; no PV offered over unwiped data; no data removed while")
+        print("bound; every released volume cleaned and offered again once the faults stopped")
+    else:
+        print("invariants held: one PV per claim; no hostile claim got a PV; nothing outside the export changed;")
+        print("every live claim Bound with its directory; no PV or volume directory left after deletion")
 
 
 if __name__ == "__main__":

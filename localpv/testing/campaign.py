@@ -13,6 +13,17 @@ stops the campaign with an exception naming it:
 * ``cleaned-while-bound`` - a tenant's data is never removed while its claim is bound;
 * ``eventually-clean`` - after the faults stop, every volume is offered again, empty.
 
+:class:`NfsCampaign` does the same for ``localpv nfs``: two leader-elected replicas (real
+processes, one SIGKILLed at a random instant per cycle), claims in bursts - some with
+hostile path annotations - and deletions, under the same API faults. Its invariants:
+
+* ``duplicate``        - never two PVs for one claim;
+* ``escape``           - nothing outside the export is created, changed or removed, and a
+  hostile claim never gets a PV;
+* ``eventually-bound`` / ``eventually-clean`` - after the faults stop every live claim is
+  Bound to a PV whose directory exists, and once all claims are deleted no PV and no
+  volume directory is left.
+
 Used by ``tests/reliability`` (a few cycles) and ``benchmarks/reliability.py`` (the full
 run, whose figures go to docs/reliability.md).
 """
@@ -22,6 +33,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -64,6 +76,25 @@ class CampaignReport:
         faults = ", ".join(f"{k} x{v}" for k, v in sorted(self.faults.items()))
         return (f"{self.cycles} cycles, {self.kills} SIGKILLs, {self.tenants} tenants served, "
                 f"{self.checks} invariant checks, faults: {faults}; {self.seconds:.0f} s")
+
+
+def inject_faults(server: ApiServer, faults: list[str], report: CampaignReport) -> None:
+    """Turn on this cycle's faults (watch drops are paced by the caller's loop)."""
+    f = server.faults
+    for name in faults:
+        report.faults[name] += 1
+        if name == "gone":
+            f.forget_history()
+            f.drop_watches()
+        elif name == "write-5xx":
+            for verb in ("create", "update", "patch", "delete"):
+                f.error_rate(verb, 0.2, code=500)
+        elif name == "conflicts":
+            f.conflict_storm(0.3)
+        elif name == "latency":
+            f.latency(0.3)
+        elif name == "restart":
+            server.restart()
 
 
 @dataclass
@@ -168,21 +199,7 @@ class AgentCampaign:
         self.server.faults.reset()
 
     def _apply_faults(self, faults: list[str]) -> None:
-        f = self.server.faults
-        for name in faults:
-            self.report.faults[name] += 1
-            if name == "gone":
-                f.forget_history()
-                f.drop_watches()
-            elif name == "write-5xx":
-                for verb in ("create", "update", "patch", "delete"):
-                    f.error_rate(verb, 0.2, code=500)
-            elif name == "conflicts":
-                f.conflict_storm(0.3)
-            elif name == "latency":
-                f.latency(0.3)
-            elif name == "restart":
-                self.server.restart()
+        inject_faults(self.server, faults, self.report)
 
     # ------------------------------------------------------------------ tenants and invariants
 
@@ -255,3 +272,173 @@ class AgentCampaign:
             if time.monotonic() > deadline:
                 raise Violation("eventually-clean", f"not Available and empty in time: {pending}")
             threading.Event().wait(0.05)
+
+
+# =========================================================================== NFS
+
+
+HOSTILE_PATHS = ("..", "../..", "../outside", "/etc", "a/../../b", ".", "x/./y", "ok/../..")
+NFS_PROVISIONER = "campaign.example/nfs"
+NFS_PATH = "/exports"
+
+
+def _tree(root: Path) -> dict[str, tuple[str, int]]:
+    """Every entry below ``root`` without following links: (kind, mtime_ns)."""
+    found: dict[str, tuple[str, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in [*dirnames, *filenames]:
+            st = os.lstat(os.path.join(dirpath, name))
+            kind = "dir" if stat.S_ISDIR(st.st_mode) else "link" if stat.S_ISLNK(st.st_mode) else "file"
+            found[os.path.relpath(os.path.join(dirpath, name), root)] = (kind, st.st_mtime_ns)
+    return found
+
+
+class NfsCampaign:
+    """Two `localpv nfs` replicas under faults and SIGKILL; :meth:`run` raises :class:`Violation`."""
+
+    def __init__(self, workdir: Path, *, cycles: int = 5, cycle_seconds: float = 4.0, seed: int = 1,
+                 settle_timeout: float = 90.0) -> None:
+        self.workdir = workdir
+        self.cycles = cycles
+        self.cycle_seconds = cycle_seconds
+        self.rng = random.Random(seed)
+        self.settle_timeout = settle_timeout
+        self.server = ApiServer(binder=True)
+        self.server.faults.seed(seed)
+        self.export = workdir / "export"
+        self.outside = workdir / "outside"
+        self.report = CampaignReport()
+        self.replicas: list[subprocess.Popen[bytes] | None] = [None, None]
+        self.live: dict[str, bool] = {}  # claim name -> hostile?
+        self._made = 0
+
+    def _argv(self, index: int) -> list[str]:
+        return [sys.executable, "-m", "localpv", "nfs", "--nfs-server", "nfs.example", "--nfs-path", NFS_PATH,
+                "--provisioner-name", NFS_PROVISIONER, "--kubeconfig", str(self.workdir / "kubeconfig"),
+                "--namespace", "default", "--mount-dir", str(self.export), "--listen-address", "127.0.0.1:0",
+                "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "300ms",
+                "--retry-initial", "200ms", "--retry-max", "2s", "--resync-period", "5s"]
+
+    def _start(self, index: int) -> None:
+        log = open(self.workdir / f"nfs-{index}.log", "ab")  # noqa: SIM115 - handed to the child
+        self.replicas[index] = subprocess.Popen(self._argv(index), stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def _kill(self, index: int) -> None:
+        proc = self.replicas[index]
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+
+    def run(self) -> CampaignReport:
+        started = time.monotonic()
+        self.export.mkdir(parents=True)
+        (self.outside / "victim").mkdir(parents=True)
+        (self.outside / "victim" / "data").write_text("precious\n")
+        before = _tree(self.outside)
+        self.server.start()
+        self.server.write_kubeconfig(str(self.workdir / "kubeconfig"))
+        self.server.create(storage_class("nfs", binding="Immediate", provisioner=NFS_PROVISIONER, parameters={
+            "pathPattern": "${.PVC.namespace}/${.PVC.annotations.nfs.io/storage-path}", "onDelete": "delete"}))
+        try:
+            for index in range(2):
+                self._start(index)
+            for _ in range(self.cycles):
+                self._cycle()
+                self.report.cycles += 1
+            self.server.faults.reset()
+            self._settle()
+        finally:
+            for index in range(2):
+                self._kill(index)
+            self.server.stop()
+            self.report.seconds = time.monotonic() - started
+        if _tree(self.outside) != before:
+            raise Violation("escape", "the tree outside the export changed")
+        return self.report
+
+    def _cycle(self) -> None:
+        faults = self.rng.sample(FAULTS, k=self.rng.randint(1, 3))
+        inject_faults(self.server, faults, self.report)
+        kill_at = time.monotonic() + self.rng.uniform(0.2, self.cycle_seconds)
+        end = time.monotonic() + self.cycle_seconds
+        next_drop = time.monotonic() + 1.0
+        self._claims(normal=4, hostile=1)
+        while time.monotonic() < end:
+            self._check()
+            now = time.monotonic()
+            if "drop-watches" in faults and now >= next_drop:
+                self.server.faults.drop_watches(abrupt=self.rng.random() < 0.5)
+                next_drop = now + 1.0
+            if now >= kill_at:
+                victim = self.rng.randrange(2)
+                self._kill(victim)
+                self.report.kills += 1
+                self._start(victim)
+                kill_at = end + 1
+            threading.Event().wait(0.05)
+        self.server.faults.reset()
+        for name in self.rng.sample(sorted(self.live), k=min(len(self.live), 3)):
+            self.server.delete("v1", "PersistentVolumeClaim", name, "default")
+            del self.live[name]
+
+    def _claims(self, *, normal: int, hostile: int) -> None:
+        for i in range(normal + hostile):
+            self._made += 1
+            name = f"c{self._made}"
+            bad = i >= normal
+            path = self.rng.choice(HOSTILE_PATHS) if bad else f"vol-{self._made}"
+            pvc = claim(name, "nfs", access_modes=("ReadWriteMany",))
+            pvc["metadata"]["annotations"] = {"nfs.io/storage-path": path}
+            self.server.create(pvc)
+            self.live[name] = bad
+            self.report.tenants += 0 if bad else 1
+
+    def _check(self) -> None:
+        self.report.checks += 1
+        per_claim: Counter[str] = Counter()
+        for pv in self.server.list("v1", "PersistentVolume"):
+            ref = pv["spec"].get("claimRef") or {}
+            per_claim[str(ref.get("uid"))] += 1
+            if self.live.get(str(ref.get("name"))):
+                raise Violation("escape", f"hostile claim {ref.get('name')} got PV {pv['metadata']['name']}")
+        duplicated = [uid for uid, n in per_claim.items() if n > 1]
+        if duplicated:
+            raise Violation("duplicate", f"claims with several PVs: {duplicated}")
+
+    def _settle(self) -> None:
+        deadline = time.monotonic() + self.settle_timeout
+        self._wait(deadline, "eventually-bound", self._all_bound)
+        for name in list(self.live):
+            self.server.delete("v1", "PersistentVolumeClaim", name, "default")
+        self.live.clear()
+        self._wait(deadline, "eventually-clean", self._all_clean)
+
+    def _wait(self, deadline: float, invariant: str, done: Any) -> None:
+        while True:
+            self._check()
+            problem = done()
+            if problem is None:
+                return
+            if time.monotonic() > deadline:
+                raise Violation(invariant, problem)
+            threading.Event().wait(0.1)
+
+    def _all_bound(self) -> str | None:
+        for name, bad in self.live.items():
+            pvc = self.server.get("v1", "PersistentVolumeClaim", name, "default") or {}
+            if bad:
+                continue
+            if pvc.get("status", {}).get("phase") != "Bound":
+                return f"claim {name} not Bound"
+            pv = self.server.get("v1", "PersistentVolume", pvc["spec"]["volumeName"]) or {}
+            sub = pv.get("spec", {}).get("nfs", {}).get("path", "").removeprefix(NFS_PATH + "/")
+            if not sub or not (self.export / sub).is_dir():
+                return f"claim {name}: directory {sub!r} missing"
+        return None
+
+    def _all_clean(self) -> str | None:
+        if self.server.list("v1", "PersistentVolume"):
+            return "PVs left"
+        leftovers = [p for p, (kind, _) in _tree(self.export).items() if "/" in p or kind != "dir"]
+        return f"volume directories left: {leftovers[:5]}" if leftovers else None
