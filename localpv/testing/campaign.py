@@ -112,11 +112,18 @@ class _Volume:
         return f"{HOST_DIR}/v{self.index}"
 
 
-class AgentCampaign:
-    """One campaign; :meth:`run` returns a report or raises :class:`Violation`."""
+class _Campaign:
+    """What both campaigns share: the emulator, the processes under test, the fault cycle.
 
-    def __init__(self, workdir: Path, *, volumes: int = 4, cycles: int = 5, cycle_seconds: float = 3.0,
-                 kill: bool = True, seed: int = 1, settle_timeout: float = 60.0) -> None:
+    A subclass says how to set up (``_setup`` returns the command line of each process),
+    what one tick checks and does (``_tick``), what happens at the start and end of a
+    cycle, and how the run settles once the faults stop (``_settle``).
+    """
+
+    tick_interval = 0.02
+
+    def __init__(self, workdir: Path, *, cycles: int, cycle_seconds: float, seed: int, settle_timeout: float,
+                 kill: bool = True) -> None:
         self.workdir = workdir
         self.cycles = cycles
         self.cycle_seconds = cycle_seconds
@@ -125,16 +132,99 @@ class AgentCampaign:
         self.settle_timeout = settle_timeout
         self.server = ApiServer(binder=True)
         self.server.faults.seed(seed)
+        self.report = CampaignReport()
+        self._argv: dict[str, list[str]] = {}
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    # hooks
+    def _setup(self) -> dict[str, list[str]]:
+        raise NotImplementedError
+
+    def _tick(self) -> None:
+        raise NotImplementedError
+
+    def _settle(self) -> None:
+        raise NotImplementedError
+
+    def _cycle_start(self) -> None:
+        """Work done as a cycle's faults begin (nothing by default)."""
+
+    def _cycle_end(self) -> None:
+        """Work done once a cycle's faults are off (nothing by default)."""
+
+    def _teardown(self) -> None:
+        """Release what ``_setup`` made besides the processes and the emulator."""
+
+    # processes
+    def _start(self, name: str) -> None:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+        self._procs[name] = subprocess.Popen(self._argv[name], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def _sigkill(self, name: str) -> None:
+        proc = self._procs.get(name)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+
+    # the run
+    def run(self) -> CampaignReport:
+        started = time.monotonic()
+        self.server.start()
+        try:
+            self._argv = self._setup()
+            for name in self._argv:
+                self._start(name)
+            for _ in range(self.cycles):
+                self._cycle()
+                self.report.cycles += 1
+            self.server.faults.reset()
+            self._settle()
+        finally:
+            for name in self._procs:
+                self._sigkill(name)
+            self.server.stop()
+            self._teardown()
+            self.report.seconds = time.monotonic() - started
+        return self.report
+
+    def _cycle(self) -> None:
+        faults = self.rng.sample(FAULTS, k=self.rng.randint(1, 3))
+        inject_faults(self.server, faults, self.report)
+        now = time.monotonic()
+        kill_at = now + self.rng.uniform(0.2, self.cycle_seconds) if self.kill else None
+        end, next_drop = now + self.cycle_seconds, now + 1.0
+        self._cycle_start()
+        while time.monotonic() < end:
+            self._tick()
+            now = time.monotonic()
+            if "drop-watches" in faults and now >= next_drop:
+                self.server.faults.drop_watches(abrupt=self.rng.random() < 0.5)
+                next_drop = now + 1.0
+            if kill_at is not None and now >= kill_at:
+                victim = self.rng.choice(sorted(self._argv))
+                self._sigkill(victim)
+                self.report.kills += 1
+                self._tick()
+                self._start(victim)
+                kill_at = None
+            threading.Event().wait(self.tick_interval)
+        self.server.faults.reset()
+        self._cycle_end()
+
+
+class AgentCampaign(_Campaign):
+    """The node agent campaign; :meth:`run` returns a report or raises :class:`Violation`."""
+
+    def __init__(self, workdir: Path, *, volumes: int = 4, cycles: int = 5, cycle_seconds: float = 3.0,
+                 kill: bool = True, seed: int = 1, settle_timeout: float = 60.0) -> None:
+        super().__init__(workdir, cycles=cycles, cycle_seconds=cycle_seconds, seed=seed,
+                         settle_timeout=settle_timeout, kill=kill)
         self.mounter = Mounter()
         self.volumes = [_Volume(i, workdir / "discovery" / f"v{i}") for i in range(volumes)]
-        self.report = CampaignReport()
-        self.agent: subprocess.Popen[bytes] | None = None
         self._claims = 0
 
-    # ------------------------------------------------------------------ set-up
-
-    def _setup(self) -> list[str]:
-        self.server.start()
+    def _setup(self) -> dict[str, list[str]]:
         self.server.create(node(NODE))
         self.server.create(storage_class(CLASS))
         for volume in self.volumes:
@@ -144,62 +234,12 @@ class AgentCampaign:
         config = self.workdir / "config.yaml"
         config.write_text(yaml.safe_dump({"storageClassMap": {CLASS: {
             "hostDir": HOST_DIR, "mountDir": str(self.workdir / "discovery")}}}))
-        return [sys.executable, "-m", "localpv", "agent", "--config", str(config), "--node", NODE,
-                "--kubeconfig", str(kubeconfig), "--listen-address", "127.0.0.1:0",
-                "--state-dir", str(self.workdir / "state"), "--discovery-period", "1s"]
+        return {"agent": [sys.executable, "-m", "localpv", "agent", "--config", str(config), "--node", NODE,
+                          "--kubeconfig", str(kubeconfig), "--listen-address", "127.0.0.1:0",
+                          "--state-dir", str(self.workdir / "state"), "--discovery-period", "1s"]}
 
-    def _start_agent(self, argv: list[str]) -> None:
-        log = open(self.workdir / "agent.log", "ab")  # noqa: SIM115 - handed to the child
-        self.agent = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-
-    def _kill_agent(self) -> None:
-        if self.agent is not None and self.agent.poll() is None:
-            self.agent.send_signal(signal.SIGKILL)
-            self.agent.wait(10)
-
-    # ------------------------------------------------------------------ the run
-
-    def run(self) -> CampaignReport:
-        started = time.monotonic()
-        argv = self._setup()
-        try:
-            self._start_agent(argv)
-            for _ in range(self.cycles):
-                self._cycle(argv)
-                self.report.cycles += 1
-            self.server.faults.reset()
-            self._settle()
-        finally:
-            self._kill_agent()
-            self.server.stop()
-            self.mounter.umount_all()
-            self.report.seconds = time.monotonic() - started
-        return self.report
-
-    def _cycle(self, argv: list[str]) -> None:
-        faults = self.rng.sample(FAULTS, k=self.rng.randint(1, 3))
-        self._apply_faults(faults)
-        kill_at = time.monotonic() + self.rng.uniform(0.2, self.cycle_seconds) if self.kill else None
-        end = time.monotonic() + self.cycle_seconds
-        next_drop = time.monotonic() + 1.0
-        while time.monotonic() < end:
-            self._tick()
-            now = time.monotonic()
-            if "drop-watches" in faults and now >= next_drop:
-                self.server.faults.drop_watches(abrupt=self.rng.random() < 0.5)
-                next_drop = now + 1.0
-            if kill_at is not None and now >= kill_at:
-                self._kill_agent()
-                self.report.kills += 1
-                self._tick()
-                self._start_agent(argv)
-                kill_at = None
-            threading.Event().wait(0.02)
-        self.server.faults.reset()
-
-    def _apply_faults(self, faults: list[str]) -> None:
-        inject_faults(self.server, faults, self.report)
+    def _teardown(self) -> None:
+        self.mounter.umount_all()
 
     # ------------------------------------------------------------------ tenants and invariants
 
@@ -293,94 +333,53 @@ def _tree(root: Path) -> dict[str, tuple[str, int]]:
     return found
 
 
-class NfsCampaign:
+class NfsCampaign(_Campaign):
     """Two `localpv nfs` replicas under faults and SIGKILL; :meth:`run` raises :class:`Violation`."""
+
+    tick_interval = 0.05
 
     def __init__(self, workdir: Path, *, cycles: int = 5, cycle_seconds: float = 4.0, seed: int = 1,
                  settle_timeout: float = 90.0) -> None:
-        self.workdir = workdir
-        self.cycles = cycles
-        self.cycle_seconds = cycle_seconds
-        self.rng = random.Random(seed)
-        self.settle_timeout = settle_timeout
-        self.server = ApiServer(binder=True)
-        self.server.faults.seed(seed)
+        super().__init__(workdir, cycles=cycles, cycle_seconds=cycle_seconds, seed=seed,
+                         settle_timeout=settle_timeout)
         self.export = workdir / "export"
         self.outside = workdir / "outside"
-        self.report = CampaignReport()
-        self.replicas: list[subprocess.Popen[bytes] | None] = [None, None]
         self.live: dict[str, bool] = {}  # claim name -> hostile?
         self._made = 0
+        self._outside_before: dict[str, tuple[str, int]] = {}
 
-    def _argv(self, index: int) -> list[str]:
-        return [sys.executable, "-m", "localpv", "nfs", "--nfs-server", "nfs.example", "--nfs-path", NFS_PATH,
-                "--provisioner-name", NFS_PROVISIONER, "--kubeconfig", str(self.workdir / "kubeconfig"),
-                "--namespace", "default", "--mount-dir", str(self.export), "--listen-address", "127.0.0.1:0",
-                "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "300ms",
-                "--retry-initial", "200ms", "--retry-max", "2s", "--resync-period", "5s"]
-
-    def _start(self, index: int) -> None:
-        log = open(self.workdir / f"nfs-{index}.log", "ab")  # noqa: SIM115 - handed to the child
-        self.replicas[index] = subprocess.Popen(self._argv(index), stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-
-    def _kill(self, index: int) -> None:
-        proc = self.replicas[index]
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
-
-    def run(self) -> CampaignReport:
-        started = time.monotonic()
+    def _setup(self) -> dict[str, list[str]]:
         self.export.mkdir(parents=True)
         (self.outside / "victim").mkdir(parents=True)
         (self.outside / "victim" / "data").write_text("precious\n")
-        before = _tree(self.outside)
-        self.server.start()
-        self.server.write_kubeconfig(str(self.workdir / "kubeconfig"))
+        self._outside_before = _tree(self.outside)
+        kubeconfig = self.workdir / "kubeconfig"
+        self.server.write_kubeconfig(str(kubeconfig))
         self.server.create(storage_class("nfs", binding="Immediate", provisioner=NFS_PROVISIONER, parameters={
             "pathPattern": "${.PVC.namespace}/${.PVC.annotations.nfs.io/storage-path}", "onDelete": "delete"}))
-        try:
-            for index in range(2):
-                self._start(index)
-            for _ in range(self.cycles):
-                self._cycle()
-                self.report.cycles += 1
-            self.server.faults.reset()
-            self._settle()
-        finally:
-            for index in range(2):
-                self._kill(index)
-            self.server.stop()
-            self.report.seconds = time.monotonic() - started
-        if _tree(self.outside) != before:
-            raise Violation("escape", "the tree outside the export changed")
-        return self.report
+        argv = [sys.executable, "-m", "localpv", "nfs", "--nfs-server", "nfs.example", "--nfs-path", NFS_PATH,
+                "--provisioner-name", NFS_PROVISIONER, "--kubeconfig", str(kubeconfig),
+                "--namespace", "default", "--mount-dir", str(self.export), "--listen-address", "127.0.0.1:0",
+                "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "300ms",
+                "--retry-initial", "200ms", "--retry-max", "2s", "--resync-period", "5s"]
+        return {"nfs-0": argv, "nfs-1": argv}
 
-    def _cycle(self) -> None:
-        faults = self.rng.sample(FAULTS, k=self.rng.randint(1, 3))
-        inject_faults(self.server, faults, self.report)
-        kill_at = time.monotonic() + self.rng.uniform(0.2, self.cycle_seconds)
-        end = time.monotonic() + self.cycle_seconds
-        next_drop = time.monotonic() + 1.0
+    def run(self) -> CampaignReport:
+        report = super().run()
+        if _tree(self.outside) != self._outside_before:
+            raise Violation("escape", "the tree outside the export changed")
+        return report
+
+    def _cycle_start(self) -> None:
         self._claims(normal=4, hostile=1)
-        while time.monotonic() < end:
-            self._check()
-            now = time.monotonic()
-            if "drop-watches" in faults and now >= next_drop:
-                self.server.faults.drop_watches(abrupt=self.rng.random() < 0.5)
-                next_drop = now + 1.0
-            if now >= kill_at:
-                victim = self.rng.randrange(2)
-                self._kill(victim)
-                self.report.kills += 1
-                self._start(victim)
-                kill_at = end + 1
-            threading.Event().wait(0.05)
-        self.server.faults.reset()
+
+    def _cycle_end(self) -> None:
         for name in self.rng.sample(sorted(self.live), k=min(len(self.live), 3)):
             self.server.delete("v1", "PersistentVolumeClaim", name, "default")
             del self.live[name]
+
+    def _tick(self) -> None:
+        self._check()
 
     def _claims(self, *, normal: int, hostile: int) -> None:
         for i in range(normal + hostile):
