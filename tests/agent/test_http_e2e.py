@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,17 +14,10 @@ from localpv.httpserver import StatusServer
 from localpv.testing.hostfs import Mounter
 from localpv.testing.objects import claim
 from tests.agent.conftest import AgentEnv
+from tests.conftest import http_get as get
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.root
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 @pytest.fixture

@@ -10,30 +10,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client, watch
 
 from localpv.testing.apiserver import ApiServer
+from tests.conftest import wait_for
 
-T = TypeVar("T")
 Obj = dict[str, Any]
 
 KUBECTL = shutil.which("kubectl")
 
-
-def wait_for(predicate: Callable[[], T], timeout: float = 5.0, what: str = "") -> T:
-    """Return the first truthy value of ``predicate``; fail the test at the deadline."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
-        pause.wait(0.005)  # polling interval of a condition with a deadline
+__all__ = ["wait_for"]  # re-exported: the emulator tests import it from here
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from click.testing import CliRunner
 from localpv.cli import cli
 from localpv.kube.leader import lock_name
 from localpv.testing.apiserver import ApiServer
+from tests.conftest import http_get as get
 from tests.conftest import wait_for
 from tests.nfs.conftest import NFS_PATH, PROVISIONER, SERVER, Cluster, Layout
 
@@ -33,16 +33,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-    except OSError:
-        return 0, ""
 
 
 def test_runs_from_upstream_env_vars_serves_metrics_and_stops_cleanly_on_sigterm(
