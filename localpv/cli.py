@@ -20,6 +20,13 @@ if TYPE_CHECKING:
 
 CONFIG_ERROR_EXIT = 2
 
+#: Options several commands share, declared once.
+CONFIG_OPTION = click.option("--config", "config_path", default="/etc/provisioner/config", show_default=True,
+                             envvar="LOCALPV_CONFIG", type=click.Path(),
+                             help="Mounted ConfigMap directory or YAML file.")
+KUBECONFIG_OPTION = click.option("--kubeconfig", envvar="KUBECONFIG", default=None,
+                                 help="Out-of-cluster kubeconfig (env KUBECONFIG).")
+
 
 def _load_config_or_exit(path: str) -> LoadedConfig:
     """Load the configuration; on problems print each (with typo hints) and exit 2.
@@ -152,14 +159,13 @@ def _wait_for_signal() -> None:
 
 
 @cli.command()
-@click.option("--config", "config_path", default="/etc/provisioner/config", show_default=True,
-              envvar="LOCALPV_CONFIG", type=click.Path(), help="Mounted ConfigMap directory or YAML file.")
+@CONFIG_OPTION
 @click.option("--node", "node_name", envvar="MY_NODE_NAME", required=True, help="This node (env MY_NODE_NAME).")
 @click.option("--namespace", envvar="MY_NAMESPACE", default="default", show_default=True,
               help="Namespace for cleanup Jobs (env MY_NAMESPACE).")
 @click.option("--job-image", envvar="JOB_CONTAINER_IMAGE", default=None,
               help="Cleanup Job image (env JOB_CONTAINER_IMAGE).")
-@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Out-of-cluster kubeconfig (env KUBECONFIG).")
+@KUBECONFIG_OPTION
 @click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
               help="Address for /metrics, /ready and /healthz.")
 @click.option("--metrics-path", default="/metrics", show_default=True)
@@ -268,12 +274,11 @@ def status(agent_url: str, output: str) -> None:
 
 
 @cli.command()
-@click.option("--config", "config_path", default="/etc/provisioner/config", show_default=True,
-              envvar="LOCALPV_CONFIG", type=click.Path(), help="Mounted ConfigMap directory or YAML file.")
+@CONFIG_OPTION
 @click.option("--node", "node_name", envvar="MY_NODE_NAME", default=None, help="This node (env MY_NODE_NAME).")
 @click.option("--namespace", envvar="MY_NAMESPACE", default="default", show_default=True,
               help="Namespace of cleanup Jobs (env MY_NAMESPACE).")
-@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Out-of-cluster kubeconfig (env KUBECONFIG).")
+@KUBECONFIG_OPTION
 @click.option("--in-pod/--on-host", default=None,
               help="Whether mounts reach this process through a pod volume (default: in a pod when "
                    "KUBERNETES_SERVICE_HOST is set); decides whether mount propagation matters.")
@@ -353,7 +358,7 @@ def _octal_mode(ctx: click.Context, param: click.Parameter, value: str) -> int:
               help="Must equal StorageClass.provisioner (env PROVISIONER_NAME).")
 @click.option("--enable-leader-election", "leader_election", envvar="ENABLE_LEADER_ELECTION", default="true",
               show_default=True, help="Go ParseBool value (env ENABLE_LEADER_ELECTION).")
-@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Out-of-cluster kubeconfig (env KUBECONFIG).")
+@KUBECONFIG_OPTION
 @click.option("--namespace", envvar="POD_NAMESPACE", default=None,
               help="Namespace of the leader Lease (env POD_NAMESPACE; else the service account's, else default).")
 @click.option("--mount-dir", envvar="NFS_MOUNT_DIR", default="/persistentvolumes", show_default=True,
@@ -440,7 +445,7 @@ def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: 
               help="Safety-net period of the scan for PVCs to free (a Node deletion triggers it at once).")
 @click.option("--worker-threads", default=10, show_default=True, type=click.IntRange(1, 256),
               help="Concurrent PVC checks and deletions.")
-@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Out-of-cluster kubeconfig (env KUBECONFIG).")
+@KUBECONFIG_OPTION
 @click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
               help="Address for /metrics, /ready and /healthz (empty disables).")
 @click.option("--metrics-path", default="/metrics", show_default=True)
