@@ -4,8 +4,9 @@ One thread runs reconcile passes. A pass is triggered by a mount-table change, a
 device uevent, a change in this node's PVs or StorageClasses, a finished cleanup, a
 configuration reload - or, as a safety net, ``discovery_period`` after the previous
 pass. Each pass snapshots the host, asks :func:`localpv.agent.reconcile.plan` what to do,
-writes the journal changes durably, then executes the API actions. All decisions live in
-the planner; this module only gathers inputs and carries out outputs.
+writes the journal changes durably, then hands the plan to the
+:class:`~localpv.agent.executor.Executor`. All decisions live in the planner, all side
+effects in the executor; this module wires them up and keeps the loop going.
 """
 
 from __future__ import annotations
@@ -18,18 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from localpv.agent.cleaning import block_cleaner, filesystem_cleaner
+from localpv.agent.executor import Executor
 from localpv.agent.jobs import JobCleaner
-from localpv.agent.journal import CLEANING, Journal
+from localpv.agent.journal import Journal
 from localpv.agent.proctable import DEFAULT_RETRY_BACKOFF, ProcTable
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
 from localpv.agent.reconcile import (
     CleanupStatus,
-    ConfirmOrphan,
-    CreatePV,
-    DeletePV,
     Plan,
-    StartCleanup,
     World,
     plan,
     pv_host_path,
@@ -40,7 +37,7 @@ from localpv.host.cleaner import ProcessRecords
 from localpv.host.mounts import mount_points
 from localpv.host.scan import Entry, ScanError, scan_directory
 from localpv.kube.api import KubeApi, Obj
-from localpv.kube.errors import AlreadyExists, ApiError, Backoff, Conflict, NotFound, call_with_retries
+from localpv.kube.errors import Backoff, call_with_retries
 from localpv.kube.events import WARNING, EventRecorder
 from localpv.kube.informer import Informer
 from localpv.kube.resources import NODES, PERSISTENT_VOLUMES, STORAGE_CLASSES
@@ -48,9 +45,6 @@ from localpv.metrics import AgentMetrics
 from localpv.naming import (
     HOSTNAME_LABEL_KEY,
     NODE_LABEL_KEY,
-    PROVISIONED_BY_ANNOTATION,
-    capacity_bucket,
-    cleanup_job_name,
     node_label_value,
     provisioner_name,
 )
@@ -137,8 +131,6 @@ class NodeAgent:
         self._trigger_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._host_events: Any = None
-        self._first_seen: dict[str, float] = {}
-        self.collisions: dict[str, str] = {}
         self._taint_removed = False
         self._pass_lock = threading.Lock()
         self.node: NodeInfo | None = None
@@ -155,6 +147,7 @@ class NodeAgent:
         self.pvs: Informer | None = None
         self.classes: Informer | None = None
         self.jobs: JobCleaner | None = None
+        self.executor: Executor | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -184,13 +177,6 @@ class NodeAgent:
         if self._recorder is None:
             self._recorder = EventRecorder(self.api, component=self.provisioner, clock=self.clock)
         self.recorder.start()
-        if self.options.adopt_upstream_pvs:
-            self.adopt_upstream_pvs()
-        selector = f"{NODE_LABEL_KEY}={node_label_value(self.node.name)}"
-        self.pvs = Informer(self.api, PERSISTENT_VOLUMES, label_selector=selector, clock=self.clock,
-                            on_change=lambda *_: self.trigger("pv"), name="pv-informer")
-        self.classes = Informer(self.api, STORAGE_CLASSES, clock=self.clock,
-                                on_change=lambda *_: self.trigger("storageclass"), name="sc-informer")
         # The Job informer runs whenever Job cleaning is on at start; turning it on later
         # needs a restart (the DaemonSet rolls on config changes anyway).
         if config.use_job_for_cleaning:
@@ -198,6 +184,19 @@ class NodeAgent:
                                    image=self.options.job_image, clock=self.clock,
                                    backoff=self.options.retry_backoff)
             self.jobs.informer.handlers.append(lambda *_: self.trigger("job"))
+        self.executor = Executor(
+            self.api, node=self.node, provisioner=self.provisioner, journal=self.journal, procs=self.procs,
+            jobs=self.jobs, recorder=self.recorder, metrics=self.metrics, clock=self.clock,
+            records=self.cleaner_records, namespace=self.options.namespace, state_dir=self.options.state_dir,
+            config=lambda: self.config.current, trigger=self.trigger,
+        )
+        if self.options.adopt_upstream_pvs:
+            self.executor.adopt_upstream_pvs()
+        selector = f"{NODE_LABEL_KEY}={node_label_value(self.node.name)}"
+        self.pvs = Informer(self.api, PERSISTENT_VOLUMES, label_selector=selector, clock=self.clock,
+                            on_change=lambda *_: self.trigger("pv"), name="pv-informer")
+        self.classes = Informer(self.api, STORAGE_CLASSES, clock=self.clock,
+                                on_change=lambda *_: self.trigger("storageclass"), name="sc-informer")
         for informer in self._informers():
             informer.start()
         for informer in self._informers():
@@ -331,6 +330,11 @@ class NodeAgent:
         assert self.node is not None
         return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node.name, "uid": self.node.uid}}
 
+    @property
+    def collisions(self) -> dict[str, str]:
+        """PV names found to belong to another volume (kept by the executor)."""
+        return self.executor.collisions if self.executor is not None else {}
+
     # ------------------------------------------------------------------ one pass
 
     def gather(self) -> World:
@@ -374,7 +378,9 @@ class NodeAgent:
         self.last_plan = result
         self.ready = result.ready
         if result.ready and world.config.remove_node_not_ready_taint and not self._taint_removed:
-            self._taint_removed = self.remove_startup_taint(world.config.provisioner_not_ready_node_taint_key)
+            assert self.executor is not None
+            key = world.config.provisioner_not_ready_node_taint_key
+            self._taint_removed = self.executor.remove_startup_taint(key)
         self.passes += 1
         self.last_pass_at = self.clock.monotonic()
         for mode, total in result.capacity.items():
@@ -384,226 +390,5 @@ class NodeAgent:
         return result
 
     def execute(self, result: Plan, config: ProvisionerConfig) -> None:
-        for name in result.forget_cleanups:
-            self._forget(name)
-        for orphan in result.orphans:
-            self._confirm_orphan(orphan)
-        for cleanup in result.cleanups:
-            self._start_cleanup(cleanup, config)
-        for delete in result.deletes:
-            self._delete(delete)
-        for create in result.creates:
-            self._create(create)
-        for event in result.events:
-            self.recorder.event(event.obj, event.type, event.reason, event.message)
-        for skip in result.skipped:
-            log.log(logging.WARNING if skip.error else logging.DEBUG, "skipped %s (class %s): %s",
-                    skip.path, skip.cls, skip.reason)
-
-    def _confirm_orphan(self, orphan: ConfirmOrphan) -> None:
-        try:
-            pv = self.api.get(PERSISTENT_VOLUMES, orphan.pv_name)
-        except NotFound:
-            log.warning("PV %s of %s disappeared before its volume was cleaned; cleaning it now",
-                        orphan.pv_name, orphan.host_path)
-            self.journal.apply({orphan.host_path: orphan.entry.with_state(CLEANING, self.clock.now())})
-            self.trigger("orphan")
-            return
-        except ApiError as err:
-            log.warning("cannot check PV %s: %s", orphan.pv_name, err)
-            return
-        if pv_host_path(pv) == orphan.host_path:
-            self._ensure_label(pv)  # ours but invisible to the label-filtered cache
-
-    def _forget(self, name: str) -> None:
-        self.procs.forget(name)
-        if self.jobs is not None and self.jobs.informer.get(cleanup_job_name(name), self.options.namespace):
-            self.jobs.remove(name)
-
-    def _start_cleanup(self, cleanup: StartCleanup, config: ProvisionerConfig) -> None:
-        mode = "Block" if cleanup.block else "Filesystem"
-        if self.jobs is not None and config.cleans_by_job(cleanup.block):
-            error = self.jobs.start_cleanup(cleanup, config)
-            if error is not None:
-                self.metrics.delete_failed.labels(mode, "job").inc()
-                self.recorder.event(cleanup.pv or self._node_obj(), WARNING, "VolumeFailedDelete", error)
-            elif cleanup.retry:
-                self.metrics.cleanup_retries.labels(mode, "job").inc()
-            return
-        uid = str(((cleanup.pv or {}).get("metadata") or {}).get("uid") or "") or None
-        if cleanup.block:
-            fn = block_cleaner(cleanup.container_path, cleanup.cls.block_cleaner_command,
-                               timeout=config.cleanup_timeout,
-                               on_line=lambda line: self.procs.set_progress(cleanup.pv_name, line),
-                               records=self.cleaner_records, key=cleanup.pv_name)
-        else:
-            fn = filesystem_cleaner(cleanup.container_path, cleanup.cls.mount_dir)
-        if self.procs.start(cleanup.pv_name, fn, pv_uid=uid):
-            log.info("cleaning %s (%s, %s)", cleanup.host_path, "block" if cleanup.block else "filesystem",
-                     cleanup.reason)
-            if cleanup.retry:
-                self.metrics.cleanup_retries.labels(mode, "process").inc()
-
-    def _delete(self, delete: DeletePV) -> None:
-        meta = delete.pv.get("metadata") or {}
-        name, uid = str(meta.get("name")), str(meta.get("uid") or "") or None
-        mode = "Block" if delete.block else "Filesystem"
-        kind = "job" if self.jobs is not None and self.jobs.informer.get(
-            cleanup_job_name(name), self.options.namespace) else "process"
-        if kind == "job":
-            self._forget(name)  # upstream order: the Job first, then the PV
-        try:
-            self.api.delete(PERSISTENT_VOLUMES, name, uid=uid)
-        except (NotFound, Conflict):
-            pass  # already gone, or a different PV now has this name: nothing of ours to delete
-        except ApiError as err:
-            self.metrics.delete_failed.labels(mode, kind).inc()
-            self.recorder.event(delete.pv, WARNING, "VolumeFailedDelete", f"Error deleting PV: {err}")
-            return
-        self.procs.forget(name)
-        cls = self.config.current.classes.get(str((delete.pv.get("spec") or {}).get("storageClassName")))
-        command = cls.block_cleaner_command[0] if cls else ""
-        capacity = self._pv_capacity(delete.pv)
-        self.metrics.delete.labels(mode, kind).inc()
-        self.metrics.delete_duration.labels(mode, kind, capacity_bucket(capacity), command).observe(
-            max(0.0, self.clock.now() - delete.cleanup.started))
-        log.info("deleted PV %s after cleaning %s", name, delete.host_path)
-
-    @staticmethod
-    def _pv_capacity(pv: Obj) -> int:
-        from localpv.naming import parse_quantity
-
-        try:
-            return parse_quantity(str(((pv.get("spec") or {}).get("capacity") or {}).get("storage")))
-        except ValueError:
-            return 0
-
-    def _create(self, create: CreatePV) -> None:
-        name = create.pv["metadata"]["name"]
-        first = self._first_seen.setdefault(create.host_path, self.clock.monotonic())
-        try:
-            self.api.create(PERSISTENT_VOLUMES, create.pv)
-        except AlreadyExists:
-            self._on_name_taken(create)
-            return
-        except ApiError as err:
-            log.warning("creating PV %s for %s failed: %s", name, create.host_path, err)
-            self._forget_failed_create(create)
-            return
-        self._first_seen.pop(create.host_path, None)
-        self.metrics.discovery.labels(create.mode).inc()
-        self.metrics.discovery_duration.labels(create.mode).observe(self.clock.monotonic() - first)
-        log.info("created PV %s for %s (%s, %d bytes)", name, create.host_path, create.mode, create.capacity)
-
-    def _forget_failed_create(self, create: CreatePV) -> None:
-        """Drop the journal's "offered" record only if the PV surely does not exist.
-
-        A create that timed out or got a 5xx may still have succeeded on the server; such a
-        PV could be bound, used and deleted before our cache shows it. Keeping the record
-        then makes the orphan check clean the volume before it is offered again.
-        """
-        try:
-            self.api.get(PERSISTENT_VOLUMES, create.pv["metadata"]["name"])
-        except NotFound:
-            self.journal.apply({create.host_path: None})
-        except ApiError:
-            pass  # unknown: keep the record; the orphan check settles it later
-
-    def _on_name_taken(self, create: CreatePV) -> None:
-        """Our deterministic name exists: it is our own PV (cache lag, missing label) or a collision."""
-        name = create.pv["metadata"]["name"]
-        try:
-            other = self.api.get(PERSISTENT_VOLUMES, name)
-        except ApiError as err:
-            log.warning("PV %s exists but cannot be read: %s", name, err)
-            return
-        if pv_host_path(other) == create.host_path and self._same_node(other):
-            self._ensure_label(other)
-            return
-        where = f"{pv_host_path(other) or 'not a local volume'}"
-        labels = (other.get("metadata") or {}).get("labels") or {}
-        node = labels.get(NODE_LABEL_KEY) or labels.get(HOSTNAME_LABEL_KEY) or "another node"
-        description = f"{where} on {node}"
-        self.journal.apply({create.host_path: None})
-        if self.collisions.get(name) != description:
-            self.collisions[name] = description
-            self.recorder.event(self._node_obj(), WARNING, "PVNameCollision",
-                                f"PV name {name} for {create.host_path} is already used by PV {name} "
-                                f"({description}); volume skipped")
-
-    def _same_node(self, pv: Obj) -> bool:
-        assert self.node is not None
-        annotations = (pv.get("metadata") or {}).get("annotations") or {}
-        owner = str(annotations.get(PROVISIONED_BY_ANNOTATION) or "")
-        return owner == self.provisioner or owner.startswith(f"local-volume-provisioner-{self.node.name}-") or \
-            owner == f"local-volume-provisioner-{self.node.name}"
-
-    def _ensure_label(self, pv: Obj) -> None:
-        assert self.node is not None
-        value = node_label_value(self.node.name)
-        labels = (pv.get("metadata") or {}).get("labels") or {}
-        if labels.get(NODE_LABEL_KEY) == value:
-            return
-        name = str(pv["metadata"]["name"])
-        try:
-            self.api.patch(PERSISTENT_VOLUMES, name, {"metadata": {"labels": {NODE_LABEL_KEY: value}}})
-            log.info("adopted PV %s (added label %s=%s)", name, NODE_LABEL_KEY, value)
-        except ApiError as err:
-            log.warning("cannot label PV %s: %s", name, err)
-
-    def remove_startup_taint(self, key: str) -> bool:
-        """Drop the node's "agent not ready" taint once discovery is ready (upstream #501,
-        whose loop condition never lets it run). True when the taint is gone."""
-        assert self.node is not None
-        if not key:
-            return True
-        for _ in range(5):
-            try:
-                node = self.api.get(NODES, self.node.name)
-                taints = (node.get("spec") or {}).get("taints") or []
-                kept = [t for t in taints if t.get("key") != key]
-                if len(kept) == len(taints):
-                    return True
-                node["spec"]["taints"] = kept
-                self.api.replace(NODES, node)
-                log.info("removed taint %s from node %s", key, self.node.name)
-                return True
-            except Conflict:
-                continue  # the node changed under us: read it again
-            except ApiError as err:
-                log.warning("cannot remove taint %s: %s", key, err)
-                return False
-        return False
-
-    # ------------------------------------------------------------------ adoption
-
-    def adopt_upstream_pvs(self) -> int:
-        """Label this node's PVs made by upstream (or by us before a label change), once.
-
-        Needs one unfiltered scan of all PVs, page by page; a marker in the state dir
-        makes later restarts skip it (after the first start no upstream agent creates
-        PVs for this node any more). Everything else goes through the label-filtered cache.
-        """
-        assert self.node is not None
-        marker = (os.path.join(self.options.state_dir, f"adopted-{self.provisioner}")
-                  if self.options.state_dir else None)
-        if marker is not None and os.path.exists(marker):
-            return 0
-        adopted = 0
-        value = node_label_value(self.node.name)
-        try:
-            for page, _ in self.api.list_pages(PERSISTENT_VOLUMES):
-                for pv in page:
-                    labels = (pv.get("metadata") or {}).get("labels") or {}
-                    if labels.get(NODE_LABEL_KEY) != value and (pv.get("spec") or {}).get("local") \
-                            and self._same_node(pv):
-                        self._ensure_label(pv)
-                        adopted += 1
-        except ApiError as err:
-            log.warning("cannot list PVs for adoption (will retry at next start): %s", err)
-            return adopted
-        if marker is not None:
-            os.makedirs(os.path.dirname(marker), exist_ok=True)
-            with open(marker, "w", encoding="utf-8") as f:
-                f.write(f"{adopted}\n")
-        return adopted
+        assert self.executor is not None, "start() first"
+        self.executor.execute(result, config)

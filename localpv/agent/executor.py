@@ -1,0 +1,303 @@
+"""Carrying out a reconcile plan: the API calls, cleanups and journal updates it asks for.
+
+The planner (:mod:`localpv.agent.reconcile`) decides; this module acts, and turns what
+the world answers back into journal records, events and metrics: a create that finds the
+name taken (cache lag, an unlabelled PV of ours, or a hash collision), a PV that vanished
+before its volume was cleaned, a delete racing someone else's. It also holds the few
+node-wide operations that need the same identity (adopting upstream PVs, removing the
+startup taint). The node agent (:mod:`localpv.agent.node`) owns one executor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+from localpv.agent.cleaning import block_cleaner, filesystem_cleaner
+from localpv.agent.jobs import JobCleaner
+from localpv.agent.journal import CLEANING, Journal
+from localpv.agent.proctable import ProcTable
+from localpv.agent.pvbuilder import NodeInfo
+from localpv.agent.reconcile import ConfirmOrphan, CreatePV, DeletePV, Plan, StartCleanup, pv_host_path
+from localpv.clock import Clock
+from localpv.config import ProvisionerConfig
+from localpv.host.cleaner import ProcessRecords
+from localpv.kube.api import KubeApi, Obj
+from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
+from localpv.kube.events import WARNING, EventRecorder
+from localpv.kube.resources import NODES, PERSISTENT_VOLUMES
+from localpv.metrics import AgentMetrics
+from localpv.naming import (
+    HOSTNAME_LABEL_KEY,
+    NODE_LABEL_KEY,
+    PROVISIONED_BY_ANNOTATION,
+    capacity_bucket,
+    cleanup_job_name,
+    node_label_value,
+    parse_quantity,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Executor:
+    """Acts on plans for one node."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        node: NodeInfo,
+        provisioner: str,
+        journal: Journal,
+        procs: ProcTable,
+        jobs: JobCleaner | None,
+        recorder: EventRecorder,
+        metrics: AgentMetrics,
+        clock: Clock,
+        records: ProcessRecords,
+        namespace: str,
+        state_dir: str | None,
+        config: Callable[[], ProvisionerConfig],
+        trigger: Callable[[str], None],
+    ) -> None:
+        self.api = api
+        self.node = node
+        self.provisioner = provisioner
+        self.journal = journal
+        self.procs = procs
+        self.jobs = jobs
+        self.recorder = recorder
+        self.metrics = metrics
+        self.clock = clock
+        self.cleaner_records = records
+        self.namespace = namespace
+        self.state_dir = state_dir
+        self.config = config
+        self.trigger = trigger
+        #: PV names that belong to another volume (hash collisions), with a description.
+        self.collisions: dict[str, str] = {}
+        self._first_seen: dict[str, float] = {}
+
+    def _node_obj(self) -> Obj:
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node.name, "uid": self.node.uid}}
+
+    def execute(self, result: Plan, config: ProvisionerConfig) -> None:
+        for name in result.forget_cleanups:
+            self._forget(name)
+        for orphan in result.orphans:
+            self.confirm_orphan(orphan)
+        for cleanup in result.cleanups:
+            self.start_cleanup(cleanup, config)
+        for delete in result.deletes:
+            self.delete(delete)
+        for create in result.creates:
+            self.create(create)
+        for event in result.events:
+            self.recorder.event(event.obj, event.type, event.reason, event.message)
+        for skip in result.skipped:
+            log.log(logging.WARNING if skip.error else logging.DEBUG, "skipped %s (class %s): %s",
+                    skip.path, skip.cls, skip.reason)
+
+    def confirm_orphan(self, orphan: ConfirmOrphan) -> None:
+        try:
+            pv = self.api.get(PERSISTENT_VOLUMES, orphan.pv_name)
+        except NotFound:
+            log.warning("PV %s of %s disappeared before its volume was cleaned; cleaning it now",
+                        orphan.pv_name, orphan.host_path)
+            self.journal.apply({orphan.host_path: orphan.entry.with_state(CLEANING, self.clock.now())})
+            self.trigger("orphan")
+            return
+        except ApiError as err:
+            log.warning("cannot check PV %s: %s", orphan.pv_name, err)
+            return
+        if pv_host_path(pv) == orphan.host_path:
+            self._ensure_label(pv)  # ours but invisible to the label-filtered cache
+
+    def _forget(self, name: str) -> None:
+        self.procs.forget(name)
+        if self.jobs is not None and self.jobs.informer.get(cleanup_job_name(name), self.namespace):
+            self.jobs.remove(name)
+
+    def start_cleanup(self, cleanup: StartCleanup, config: ProvisionerConfig) -> None:
+        mode = "Block" if cleanup.block else "Filesystem"
+        if self.jobs is not None and config.cleans_by_job(cleanup.block):
+            error = self.jobs.start_cleanup(cleanup, config)
+            if error is not None:
+                self.metrics.delete_failed.labels(mode, "job").inc()
+                self.recorder.event(cleanup.pv or self._node_obj(), WARNING, "VolumeFailedDelete", error)
+            elif cleanup.retry:
+                self.metrics.cleanup_retries.labels(mode, "job").inc()
+            return
+        uid = str(((cleanup.pv or {}).get("metadata") or {}).get("uid") or "") or None
+        if cleanup.block:
+            fn = block_cleaner(cleanup.container_path, cleanup.cls.block_cleaner_command,
+                               timeout=config.cleanup_timeout,
+                               on_line=lambda line: self.procs.set_progress(cleanup.pv_name, line),
+                               records=self.cleaner_records, key=cleanup.pv_name)
+        else:
+            fn = filesystem_cleaner(cleanup.container_path, cleanup.cls.mount_dir)
+        if self.procs.start(cleanup.pv_name, fn, pv_uid=uid):
+            log.info("cleaning %s (%s, %s)", cleanup.host_path, "block" if cleanup.block else "filesystem",
+                     cleanup.reason)
+            if cleanup.retry:
+                self.metrics.cleanup_retries.labels(mode, "process").inc()
+
+    def delete(self, delete: DeletePV) -> None:
+        meta = delete.pv.get("metadata") or {}
+        name, uid = str(meta.get("name")), str(meta.get("uid") or "") or None
+        mode = "Block" if delete.block else "Filesystem"
+        kind = "job" if self.jobs is not None and self.jobs.informer.get(
+            cleanup_job_name(name), self.namespace) else "process"
+        if kind == "job":
+            self._forget(name)  # upstream order: the Job first, then the PV
+        try:
+            self.api.delete(PERSISTENT_VOLUMES, name, uid=uid)
+        except (NotFound, Conflict):
+            pass  # already gone, or a different PV now has this name: nothing of ours to delete
+        except ApiError as err:
+            self.metrics.delete_failed.labels(mode, kind).inc()
+            self.recorder.event(delete.pv, WARNING, "VolumeFailedDelete", f"Error deleting PV: {err}")
+            return
+        self.procs.forget(name)
+        cls = self.config().classes.get(str((delete.pv.get("spec") or {}).get("storageClassName")))
+        command = cls.block_cleaner_command[0] if cls else ""
+        capacity = self._pv_capacity(delete.pv)
+        self.metrics.delete.labels(mode, kind).inc()
+        self.metrics.delete_duration.labels(mode, kind, capacity_bucket(capacity), command).observe(
+            max(0.0, self.clock.now() - delete.cleanup.started))
+        log.info("deleted PV %s after cleaning %s", name, delete.host_path)
+
+    @staticmethod
+    def _pv_capacity(pv: Obj) -> int:
+        try:
+            return parse_quantity(str(((pv.get("spec") or {}).get("capacity") or {}).get("storage")))
+        except ValueError:
+            return 0
+
+    def create(self, create: CreatePV) -> None:
+        name = create.pv["metadata"]["name"]
+        first = self._first_seen.setdefault(create.host_path, self.clock.monotonic())
+        try:
+            self.api.create(PERSISTENT_VOLUMES, create.pv)
+        except AlreadyExists:
+            self._on_name_taken(create)
+            return
+        except ApiError as err:
+            log.warning("creating PV %s for %s failed: %s", name, create.host_path, err)
+            self._forget_failed_create(create)
+            return
+        self._first_seen.pop(create.host_path, None)
+        self.metrics.discovery.labels(create.mode).inc()
+        self.metrics.discovery_duration.labels(create.mode).observe(self.clock.monotonic() - first)
+        log.info("created PV %s for %s (%s, %d bytes)", name, create.host_path, create.mode, create.capacity)
+
+    def _forget_failed_create(self, create: CreatePV) -> None:
+        """Drop the journal's "offered" record only if the PV surely does not exist.
+
+        A create that timed out or got a 5xx may still have succeeded on the server; such a
+        PV could be bound, used and deleted before our cache shows it. Keeping the record
+        then makes the orphan check clean the volume before it is offered again.
+        """
+        try:
+            self.api.get(PERSISTENT_VOLUMES, create.pv["metadata"]["name"])
+        except NotFound:
+            self.journal.apply({create.host_path: None})
+        except ApiError:
+            pass  # unknown: keep the record; the orphan check settles it later
+
+    def _on_name_taken(self, create: CreatePV) -> None:
+        """Our deterministic name exists: it is our own PV (cache lag, missing label) or a collision."""
+        name = create.pv["metadata"]["name"]
+        try:
+            other = self.api.get(PERSISTENT_VOLUMES, name)
+        except ApiError as err:
+            log.warning("PV %s exists but cannot be read: %s", name, err)
+            return
+        if pv_host_path(other) == create.host_path and self._same_node(other):
+            self._ensure_label(other)
+            return
+        where = f"{pv_host_path(other) or 'not a local volume'}"
+        labels = (other.get("metadata") or {}).get("labels") or {}
+        node = labels.get(NODE_LABEL_KEY) or labels.get(HOSTNAME_LABEL_KEY) or "another node"
+        description = f"{where} on {node}"
+        self.journal.apply({create.host_path: None})
+        if self.collisions.get(name) != description:
+            self.collisions[name] = description
+            self.recorder.event(self._node_obj(), WARNING, "PVNameCollision",
+                                f"PV name {name} for {create.host_path} is already used by PV {name} "
+                                f"({description}); volume skipped")
+
+    def _same_node(self, pv: Obj) -> bool:
+        annotations = (pv.get("metadata") or {}).get("annotations") or {}
+        owner = str(annotations.get(PROVISIONED_BY_ANNOTATION) or "")
+        return owner == self.provisioner or owner.startswith(f"local-volume-provisioner-{self.node.name}-") or \
+            owner == f"local-volume-provisioner-{self.node.name}"
+
+    def _ensure_label(self, pv: Obj) -> None:
+        value = node_label_value(self.node.name)
+        labels = (pv.get("metadata") or {}).get("labels") or {}
+        if labels.get(NODE_LABEL_KEY) == value:
+            return
+        name = str(pv["metadata"]["name"])
+        try:
+            self.api.patch(PERSISTENT_VOLUMES, name, {"metadata": {"labels": {NODE_LABEL_KEY: value}}})
+            log.info("adopted PV %s (added label %s=%s)", name, NODE_LABEL_KEY, value)
+        except ApiError as err:
+            log.warning("cannot label PV %s: %s", name, err)
+
+    def remove_startup_taint(self, key: str) -> bool:
+        """Drop the node's "agent not ready" taint once discovery is ready (upstream #501,
+        whose loop condition never lets it run). True when the taint is gone."""
+        if not key:
+            return True
+        for _ in range(5):
+            try:
+                node = self.api.get(NODES, self.node.name)
+                taints = (node.get("spec") or {}).get("taints") or []
+                kept = [t for t in taints if t.get("key") != key]
+                if len(kept) == len(taints):
+                    return True
+                node["spec"]["taints"] = kept
+                self.api.replace(NODES, node)
+                log.info("removed taint %s from node %s", key, self.node.name)
+                return True
+            except Conflict:
+                continue  # the node changed under us: read it again
+            except ApiError as err:
+                log.warning("cannot remove taint %s: %s", key, err)
+                return False
+        return False
+
+    # ------------------------------------------------------------------ node-wide operations
+
+    def adopt_upstream_pvs(self) -> int:
+        """Label this node's PVs made by upstream (or by us before a label change), once.
+
+        Needs one unfiltered scan of all PVs, page by page; a marker in the state dir
+        makes later restarts skip it (after the first start no upstream agent creates
+        PVs for this node any more). Everything else goes through the label-filtered cache.
+        """
+        marker = (os.path.join(self.state_dir, f"adopted-{self.provisioner}")
+                  if self.state_dir else None)
+        if marker is not None and os.path.exists(marker):
+            return 0
+        adopted = 0
+        value = node_label_value(self.node.name)
+        try:
+            for page, _ in self.api.list_pages(PERSISTENT_VOLUMES):
+                for pv in page:
+                    labels = (pv.get("metadata") or {}).get("labels") or {}
+                    if labels.get(NODE_LABEL_KEY) != value and (pv.get("spec") or {}).get("local") \
+                            and self._same_node(pv):
+                        self._ensure_label(pv)
+                        adopted += 1
+        except ApiError as err:
+            log.warning("cannot list PVs for adoption (will retry at next start): %s", err)
+            return adopted
+        if marker is not None:
+            os.makedirs(os.path.dirname(marker), exist_ok=True)
+            with open(marker, "w", encoding="utf-8") as f:
+                f.write(f"{adopted}\n")
+        return adopted
