@@ -7,6 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localpv.config import (
+    CLASS_KEYS,
+    TOP_LEVEL_KEYS,
     ClassConfig,
     ConfigError,
     ProvisionerConfig,
@@ -222,15 +224,18 @@ def test_reference_lists_every_key() -> None:
         assert f"`{key}`" in text
 
 
-_scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20))
+_huge = st.sampled_from(["x" * 100_000, "/" + "d/" * 20_000, 10**100, -(10**50), 1e308])
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20), _huge)
 _value = st.recursive(_scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner,
                                                                                           max_size=3), max_leaves=8)
-_keys = st.sampled_from(["storageClassMap", "useJobForCleaning", "labelsForPV", "minResyncPeriod", "jobTolerations",
-                         "nodeLabelsForPV", "selector", "bogus"])
+_keys = st.sampled_from([*TOP_LEVEL_KEYS, "bogus"])
+_class_entry = st.dictionaries(st.sampled_from([*CLASS_KEYS, "hostdir"]), _value, max_size=5)
+_data = st.dictionaries(_keys, _value, max_size=4) | st.fixed_dictionaries(
+    {"storageClassMap": st.dictionaries(st.text(min_size=1, max_size=10), _class_entry, max_size=3)})
 
 
-@settings(max_examples=300)
-@given(st.dictionaries(_keys, _value, max_size=4))
+@settings(max_examples=400)
+@given(_data)
 def test_arbitrary_input_gives_a_config_or_a_clear_error(data: dict[str, object]) -> None:
     try:
         result = parse_config(data)
