@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -40,14 +41,24 @@ def resolve_command(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-def filesystem_cleaner(container_path: str, mount_dir: str) -> CleanFn:
-    """Remove everything inside a mounted volume (never following links or crossing mounts)."""
+def filesystem_cleaner(container_path: str, mount_dir: str, *, timeout: float | None = None) -> CleanFn:
+    """Remove everything inside a mounted volume (never following links or crossing mounts),
+    giving up when cancelled or after ``timeout`` seconds."""
 
     def clean(cancel: threading.Event) -> CleanOutcome:
         if not is_within(container_path, mount_dir):
             return CleanOutcome(False, f"refusing to clean {container_path}: not inside {mount_dir}")
+        deadline = time.monotonic() + timeout if timeout is not None else None
+
+        def should_stop() -> str | None:
+            if cancel.is_set():
+                return "cancelled"
+            if deadline is not None and time.monotonic() > deadline:
+                return f"timed out after {timeout:.0f}s"
+            return None
+
         try:
-            report = clean_directory(container_path)
+            report = clean_directory(container_path, should_stop=should_stop)
         except CleanError as err:
             return CleanOutcome(False, str(err))
         except OSError as err:

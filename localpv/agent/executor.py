@@ -137,7 +137,7 @@ class Executor:
                                on_line=lambda line: self.procs.set_progress(cleanup.pv_name, line),
                                records=self.cleaner_records, key=cleanup.pv_name)
         else:
-            fn = filesystem_cleaner(cleanup.container_path, cleanup.cls.mount_dir)
+            fn = filesystem_cleaner(cleanup.container_path, cleanup.cls.mount_dir, timeout=config.cleanup_timeout)
         if self.procs.start(cleanup.pv_name, fn, pv_uid=uid):
             log.info("cleaning %s (%s, %s)", cleanup.host_path, "block" if cleanup.block else "filesystem",
                      cleanup.reason)

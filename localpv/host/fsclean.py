@@ -26,7 +26,7 @@ import contextlib
 import os
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -44,6 +44,7 @@ _PATH_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OWNER_RWX = stat.S_IRWXU
 _MAX_PROBLEMS = 100  # kept for the error message; a pathological tree can produce millions
 _DEFAULT_LIST_LIMIT = 10
+_STOP_CHECK_EVERY = 256  # entries between two looks at the cancel flag and the deadline
 
 _Ident = tuple[int, int]  # (st_dev, st_ino): what an inode is, independent of its path
 
@@ -107,8 +108,12 @@ def verify_empty(root: str, limit: int = _DEFAULT_LIST_LIMIT) -> None:
     _raise_if_dirty(root, limit, ())
 
 
-def clean_directory(root: str) -> CleanReport:
+def clean_directory(root: str, *, should_stop: Callable[[], str | None] | None = None) -> CleanReport:
     """Remove everything inside ``root``, keep ``root``, and check it is empty.
+
+    ``should_stop`` is asked every few hundred entries; when it returns a reason (the
+    cleanup was cancelled or ran out of time) the walk stops with :class:`CleanError`,
+    leaving the volume partly cleaned - and so still not offered.
 
     Raises :class:`UnsafePathError` before touching anything if ``root`` is ``/``, not a
     directory, or a symlink, and during the walk if a directory it climbs back into is not
@@ -117,7 +122,7 @@ def clean_directory(root: str) -> CleanReport:
     mounted at X inside the volume; unmount it``.
     """
     started = time.monotonic()
-    walk = _Walk(root)
+    walk = _Walk(root, should_stop=should_stop)
     walk.run()
     _raise_if_dirty(root, _DEFAULT_LIST_LIMIT, walk.problems)
     return CleanReport(root, walk.files, walk.dirs, walk.bytes_freed, time.monotonic() - started)
@@ -217,6 +222,8 @@ class _Walk:
     _fd: int = -1
     _root_dev: int = 0
     _root_mount: int = 0
+    #: Checked between entries; returns why to stop (cancelled, timed out) or None.
+    should_stop: Callable[[], str | None] | None = None
 
     def run(self) -> None:
         self._fd, st = _open_root(self.root)
@@ -232,7 +239,13 @@ class _Walk:
 
     def _loop(self) -> None:
         """Depth-first, post-order, until the root's own entries are done."""
+        checked = 0
         while True:
+            checked += 1
+            if self.should_stop is not None and checked % _STOP_CHECK_EVERY == 0:
+                why = self.should_stop()
+                if why:
+                    raise CleanError(f"cleaning {self.root} stopped: {why}")
             frame = self._stack[-1]
             if frame.pending:
                 self._visit(frame.pending.pop())

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from localpv.host.fsclean import (
+    CleanError,
     DirtyVolumeError,
     UnsafePathError,
     clean_directory,
@@ -290,3 +291,19 @@ class TestIsWithin:
         assert not is_within(str(base / "escape"), str(base))
         assert is_within(str(tmp_path / "alias" / "vol"), str(base))
         assert is_within(str(base / "vol"), str(tmp_path / "alias"))
+
+
+@pytest.mark.root
+def test_a_clean_can_be_stopped_and_leaves_the_rest(volume: Path) -> None:
+    for i in range(2000):
+        (volume / f"f{i}").write_text("x")
+    asked = []
+
+    def stop() -> str | None:
+        asked.append(1)
+        return "cancelled" if len(asked) >= 2 else None
+
+    with pytest.raises(CleanError, match="stopped: cancelled"):
+        clean_directory(str(volume), should_stop=stop)
+    left = len(os.listdir(volume))
+    assert 0 < left < 2000
