@@ -39,6 +39,11 @@ class Entry:
     also None when measuring failed, and then ``reason`` says why. ``device`` is ``st_rdev``
     for a block device and ``st_dev`` for a mount point, so callers can spot two entries
     that are the same disk.
+
+    ``ident`` is what the volume *is*, independent of the path that names it: for a mount
+    point ``fs:<st_dev>:<st_ino>`` of its root, for a block device ``blk:<major>:<minor>``.
+    Two paths with one ident are one volume (a hostDir alias, a second symlink), so the
+    journal records it and refuses to offer a volume it knows as dirty under another name.
     """
 
     name: str
@@ -47,6 +52,7 @@ class Entry:
     capacity: int | None = None
     reason: str | None = None
     device: int | None = None
+    ident: str | None = None
 
 
 class ScanError(Exception):
@@ -83,11 +89,13 @@ def _classify(name: str, path: str, mount_points: frozenset[str]) -> Entry:
         return Entry(name, path, EntryKind.BROKEN, reason=f'cannot stat "{path}": {e.strerror}')
     if stat.S_ISBLK(st.st_mode):
         capacity, reason = _measure(block_device_size, path)
-        return Entry(name, path, EntryKind.BLOCK, capacity, reason, device=st.st_rdev)
+        return Entry(name, path, EntryKind.BLOCK, capacity, reason, device=st.st_rdev,
+                     ident=f"blk:{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}")
     if stat.S_ISDIR(st.st_mode):
         if path in mount_points or os.path.realpath(path) in mount_points:
             capacity, reason = _measure(filesystem_capacity, path)
-            return Entry(name, path, EntryKind.MOUNTPOINT, capacity, reason, device=st.st_dev)
+            return Entry(name, path, EntryKind.MOUNTPOINT, capacity, reason, device=st.st_dev,
+                         ident=f"fs:{st.st_dev}:{st.st_ino}")
         # Upstream's wording; its e2e test greps the log for it.
         return Entry(name, path, EntryKind.DIRECTORY, reason=f'path "{path}" is not a valid mount point')
     return Entry(name, path, EntryKind.OTHER, reason=f'path "{path}" is neither a directory nor a block device')
