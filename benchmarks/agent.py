@@ -50,12 +50,17 @@ def setup(server: ApiServer) -> None:
     server.create(storage_class("local-fs", binding="Immediate"))
 
 
+def _journal(path: Path) -> Journal:
+    """The benchmark's volumes are its own fresh mounts: nothing to recover."""
+    return Journal(path) if path.exists() else Journal.initialise(path)
+
+
 def make_agent(server: ApiServer, discovery: Path, state: Path, *, watch_host: bool) -> tuple[NodeAgent, KubeApi]:
     config = parse_config({"storageClassMap": {"local-fs": {"hostDir": "/mnt/disks", "mountDir": str(discovery)}}})
     metrics = AgentMetrics()
     api = KubeApi(server.api_client(), observer=metrics.api.observe)
     agent = NodeAgent(api, AgentOptions(node_name=NODE, discovery_period=3600, watch_host=watch_host),
-                      config.config, Journal(state / "journal.json"), metrics=metrics,
+                      config.config, _journal(state / "journal.json"), metrics=metrics,
                       recorder=EventRecorder(api, component="bench"))
     return agent, api
 

@@ -124,7 +124,10 @@ class Demo:
             api = KubeApi(server.api_client())
             options = AgentOptions(node_name=NODE, discovery_period=2.0, watch_host=self.real_mounts,
                                    retry_backoff=Backoff(initial=0.5, maximum=2.0, attempts=1_000_000))
-            agent = NodeAgent(api, options, config.config, Journal(self.workdir / "state" / "journal.json"),
+            # The demo made these volumes itself a moment ago: they are known to be new and
+            # empty, so it starts a journal with nothing to recover (an agent never does).
+            journal = Journal.initialise(self.workdir / "state" / "journal.json")
+            agent = NodeAgent(api, options, config.config, journal,
                               metrics=AgentMetrics(), mount_table=mount_table,
                               recorder=EventRecorder(api, component="localpv-demo"))
             agent.start()

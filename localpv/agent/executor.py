@@ -13,13 +13,22 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import replace
 
 from localpv.agent.cleaning import block_cleaner, filesystem_cleaner
 from localpv.agent.jobs import JobCleaner
 from localpv.agent.journal import CLEANING, Journal
 from localpv.agent.proctable import ProcTable
 from localpv.agent.pvbuilder import NodeInfo
-from localpv.agent.reconcile import ConfirmOrphan, CreatePV, DeletePV, Plan, StartCleanup, pv_host_path
+from localpv.agent.reconcile import (
+    ConfirmOrphan,
+    CreatePV,
+    DeletePV,
+    Plan,
+    RetractPV,
+    StartCleanup,
+    pv_host_path,
+)
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig
 from localpv.host.cleaner import ProcessRecords
@@ -88,6 +97,8 @@ class Executor:
             self._forget(name)
         for orphan in result.orphans:
             self.confirm_orphan(orphan)
+        for retract in result.retracts:
+            self.retract(retract)
         for cleanup in result.cleanups:
             self.start_cleanup(cleanup, config)
         for delete in result.deletes:
@@ -114,6 +125,22 @@ class Executor:
             return
         if pv_host_path(pv) == orphan.host_path:
             self._ensure_label(pv)  # ours but invisible to the label-filtered cache
+
+    def retract(self, retract: RetractPV) -> None:
+        """Delete a PV on offer for a volume that is not known clean, unless it changed since
+        the plan saw it (bound meanwhile: the next pass tracks it as used instead)."""
+        meta = retract.pv.get("metadata") or {}
+        name = str(meta.get("name"))
+        try:
+            self.api.delete(PERSISTENT_VOLUMES, name, uid=str(meta.get("uid") or "") or None,
+                            resource_version=str(meta.get("resourceVersion") or "") or None)
+        except (NotFound, Conflict):
+            return
+        except ApiError as err:
+            log.warning("cannot delete PV %s offered for a volume not known clean: %s", name, err)
+            return
+        log.warning("deleted PV %s: %s", name, retract.reason)
+        self.recorder.event(retract.pv, WARNING, "VolumeRetracted", retract.reason)
 
     def _forget(self, name: str) -> None:
         self.procs.forget(name)
@@ -180,7 +207,7 @@ class Executor:
         name = create.pv["metadata"]["name"]
         first = self._first_seen.setdefault(create.host_path, self.clock.monotonic())
         try:
-            self.api.create(PERSISTENT_VOLUMES, create.pv)
+            created = self.api.create(PERSISTENT_VOLUMES, create.pv)
         except AlreadyExists:
             self._on_name_taken(create)
             return
@@ -189,9 +216,17 @@ class Executor:
             self._forget_failed_create(create)
             return
         self._first_seen.pop(create.host_path, None)
+        self._remember_uid(create.host_path, name, str((created.get("metadata") or {}).get("uid") or ""))
         self.metrics.discovery.labels(create.mode).inc()
         self.metrics.discovery_duration.labels(create.mode).observe(self.clock.monotonic() - first)
         log.info("created PV %s for %s (%s, %d bytes)", name, create.host_path, create.mode, create.capacity)
+
+    def _remember_uid(self, host_path: str, name: str, uid: str) -> None:
+        """Record which PV object the volume is offered as: a PV of that name with another
+        uid later is someone else's re-creation, not ours."""
+        entry = self.journal.get(host_path)
+        if uid and entry is not None and entry.pv == name and not entry.pv_uid:
+            self.journal.apply({host_path: replace(entry, pv_uid=uid)})
 
     def _forget_failed_create(self, create: CreatePV) -> None:
         """Drop the journal's "offered" record only if the PV surely does not exist.

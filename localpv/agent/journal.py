@@ -1,18 +1,31 @@
 """A durable, node-local record of which volumes may hold tenant data.
 
 The PV object alone cannot guarantee that a used volume is cleaned before it is offered
-again: someone may delete the PV mid-clean, the agent may be killed at any instant, a
-cleaner may fail. So the agent keeps its own record, keyed by the volume's host path,
-on the node (a hostPath state dir survives pod restarts):
+again: someone may delete the PV mid-clean (or delete it and apply it again), the agent
+may be killed at any instant, a cleaner may fail. So the agent keeps its own record on
+the node (a hostPath state dir survives pod restarts), one entry per volume:
 
 ``offered``  a PV exists or is being created; nobody is known to have used it yet.
 ``used``     the PV was seen bound to a claim: the volume may hold data.
 ``cleaning`` a cleanup is required (or running) before the volume is offered again.
 ``clean``    a cleanup succeeded; the PV may be deleted and the volume re-offered.
 
-A path may be (re)discovered only when it has no entry or is ``clean``. Any entry whose
-PV vanished without the agent cleaning it is moved to ``cleaning``: we cannot know what
-happened while we were not looking, so the safe answer is to clean.
+Entries are keyed by host path, and each also records what the volume *is*
+(``ident``: device and inode of a mount root, major:minor of a block device) and which
+PV object it was offered as (``pv_uid``). A path string or a PV name can be spelled again
+by anyone (an operator changing ``hostDir``, a GitOps tool re-applying a PV); an identity
+and a uid cannot, so the planner trusts those.
+
+A volume may be (re)discovered only when no entry names it (by path or by identity) or
+its entry is ``clean``. Any entry whose PV vanished without the agent cleaning it is
+moved to ``cleaning``: we cannot know what happened while we were not looking, so the
+safe answer is to clean.
+
+A journal that did not exist when the agent started is *recovering*: the agent cannot
+tell a first start from a lost state dir (a re-imaged node, a moved hostPath), so until
+one pass has seen every discovery directory, a volume without any record is cleaned
+before it is first offered. The flag is stored in the file, so a restart mid-recovery
+keeps it.
 
 Writes are atomic (temp file, fsync, rename, fsync of the directory): after a crash the
 file is the old or the new version, never a torn one.
@@ -35,7 +48,9 @@ USED = "used"
 CLEANING = "cleaning"
 CLEAN = "clean"
 STATES = (OFFERED, USED, CLEANING, CLEAN)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Version 1 had no ``ident``/``pv_uid`` and no recovery flag; it is read and upgraded.
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -49,9 +64,20 @@ class JournalEntry:
     #: UID of the claim the volume was last seen bound to ("" if none): a clean volume whose
     #: PV later names another claim was used again, even if no pass saw it Bound.
     claim: str = ""
+    #: UID of the PV object the volume was offered as ("" until known). A PV with another
+    #: uid for the same path was made by someone else, and is not trusted as clean.
+    pv_uid: str = ""
+    #: What the volume is on the host (see ``localpv.host.scan.Entry.ident``), "" if unknown.
+    ident: str = ""
 
     def with_state(self, state: str, now: float) -> JournalEntry:
         return replace(self, state=state, since=now)
+
+
+#: What a person should do about an unreadable journal. Deleting it is safe only because a
+#: missing journal makes the agent clean every volume without a PV before offering it.
+_ADVICE = ("; restore it from a backup, or move it aside: the agent then starts a new journal and cleans "
+           "every volume that has no PV before offering it")
 
 
 class JournalError(Exception):
@@ -67,26 +93,48 @@ class Journal:
         self._lock = threading.Lock()
         self._entries: dict[str, JournalEntry] = {}
         self.writes = 0
+        #: True while the journal may be missing records (it did not exist at start).
+        self.recovering = self.path is not None
         if self.path is not None and self.path.exists():
-            self._entries = self._read(self.path)
+            self._entries, self.recovering = self._read(self.path)
+
+    @classmethod
+    def initialise(cls, path: str | os.PathLike[str]) -> Journal:
+        """Write an empty, not-recovering journal: for callers that *know* every volume is
+        new (the demo's fresh tmpfs mounts, tests). Never done by the agent itself."""
+        journal = cls(None)
+        journal.path = Path(path)
+        journal.recovering = False
+        journal._write({})
+        return journal
+
+    def end_recovery(self) -> None:
+        """Every volume has been seen and recorded: records are complete from now on."""
+        with self._lock:
+            if self.recovering:
+                self.recovering = False
+                self._write(self._entries)
 
     @staticmethod
-    def _read(path: Path) -> dict[str, JournalEntry]:
+    def _read(path: Path) -> tuple[dict[str, JournalEntry], bool]:
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
-            if doc.get("version") != FORMAT_VERSION:
-                raise JournalError(f"{path}: unsupported journal version {doc.get('version')!r}")
+            if doc.get("version") not in READABLE_VERSIONS:
+                raise JournalError(f"{path}: unsupported journal version {doc.get('version')!r}{_ADVICE}")
             entries = {}
             for host_path, raw in doc["volumes"].items():
                 entry = JournalEntry(pv=str(raw["pv"]), cls=str(raw["cls"]), state=str(raw["state"]),
-                                     since=float(raw["since"]), claim=str(raw.get("claim", "")))
+                                     since=float(raw["since"]), claim=str(raw.get("claim", "")),
+                                     pv_uid=str(raw.get("pv_uid", "")), ident=str(raw.get("ident", "")))
                 if entry.state not in STATES:
-                    raise JournalError(f"{path}: {host_path}: unknown state {entry.state!r}")
+                    raise JournalError(f"{path}: {host_path}: unknown state {entry.state!r}{_ADVICE}")
                 entries[host_path] = entry
-            return entries
+            return entries, bool(doc.get("recovering", False))
+        except JournalError:
+            raise
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             # A corrupt journal must stop the agent: guessing could expose dirty data.
-            raise JournalError(f"{path}: unreadable cleanup journal ({err}); inspect or remove it") from err
+            raise JournalError(f"{path}: unreadable cleanup journal ({err}){_ADVICE}") from err
 
     def get(self, host_path: str) -> JournalEntry | None:
         with self._lock:
@@ -119,7 +167,8 @@ class Journal:
         self.writes += 1
         if self.path is None:
             return
-        doc = {"version": FORMAT_VERSION, "volumes": {p: asdict(e) for p, e in sorted(entries.items())}}
+        doc = {"version": FORMAT_VERSION, "recovering": self.recovering,
+               "volumes": {p: asdict(e) for p, e in sorted(entries.items())}}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -190,6 +190,11 @@ class NodeAgent:
             records=self.cleaner_records, namespace=self.options.namespace, state_dir=self.options.state_dir,
             config=lambda: self.config.current, trigger=self.trigger,
         )
+        if self.journal.recovering:
+            message = (f"no cleanup journal at {self.journal.path} (first start on this node, or the state dir "
+                       "was lost): every volume without a PV is cleaned before it is offered")
+            log.warning("%s", message)
+            self.recorder.event(self._node_obj(), WARNING, "JournalRecovering", message)
         if self.options.adopt_upstream_pvs:
             self.executor.adopt_upstream_pvs()
         selector = f"{NODE_LABEL_KEY}={node_label_value(self.node.name)}"
@@ -355,7 +360,7 @@ class NodeAgent:
         return World(
             config=config, node=self.node, provisioner=self.provisioner, storage_classes=storage_classes,
             scans=scans, pvs=self.pvs.list(), journal=self.journal.snapshot(), cleanups=self._cleanup_statuses(),
-            collisions=dict(self.collisions), now=self.clock.now(),
+            collisions=dict(self.collisions), now=self.clock.now(), recovering=self.journal.recovering,
         )
 
     def _cleanup_statuses(self) -> dict[str, CleanupStatus]:
@@ -374,6 +379,10 @@ class NodeAgent:
         world = self.gather()
         result = plan(world)
         self.journal.apply(result.journal)
+        if world.recovering and result.ready:
+            # Every discovery directory was read and every volume in it now has a record.
+            self.journal.end_recovery()
+            log.info("cleanup journal complete: every volume on this node is recorded")
         self.execute(result, world.config)
         self.last_plan = result
         self.ready = result.ready

@@ -11,10 +11,20 @@ The rules, in order of precedence for each volume path:
 
 1. A path whose journal entry is not ``clean`` and that has no PV is never offered: it is
    cleaned first (its PV vanished while it may hold data, or it is being cleaned now).
-2. Released + Delete PVs are cleaned; only a succeeded cleanup (journal ``clean``) lets
+2. A PV object for a recorded volume that is not the object the volume was offered as
+   (another uid: deleted and applied again by hand or by a GitOps tool) is not trusted:
+   while the volume is not known clean, an unclaimed such PV is deleted (retracted), the
+   volume cleaned, and a fresh PV created; a claimed one is tracked as used.
+3. A volume is what it is, not how it is spelled: an entry whose identity (device and
+   inode, or major:minor) belongs to a recorded volume under another path is that volume.
+   It is not offered while that record is not clean; a record whose own path is gone
+   (``hostDir`` changed to an alias) follows its volume to the new path.
+4. Released + Delete PVs are cleaned; only a succeeded cleanup (journal ``clean``) lets
    the PV be deleted, after which discovery offers the volume again under the same name.
-3. Discovery creates one PV per eligible entry, never two for one path (across classes),
-   never over a name that belongs to another node's PV (a hash collision).
+5. Discovery creates one PV per eligible entry, never two for one path (across classes)
+   or for one volume, never over a name that belongs to another node's PV (a hash
+   collision). While the journal is recovering (it did not exist at start: first start
+   or lost state dir), a volume without any record is cleaned before its first offer.
 """
 
 from __future__ import annotations
@@ -68,6 +78,8 @@ class World:
     cleanups: Mapping[str, CleanupStatus]
     collisions: Mapping[str, str]
     now: float
+    #: The journal did not exist at start and has not yet seen every discovery directory.
+    recovering: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,16 @@ class ConfirmOrphan:
 
 
 @dataclass(frozen=True)
+class RetractPV:
+    """Delete an unclaimed PV that is on offer for a volume not known to be clean; the
+    preconditions (uid, resourceVersion) make it fail if the PV was bound meanwhile."""
+
+    pv: Obj
+    host_path: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class DeletePV:
     pv: Obj
     host_path: str
@@ -134,6 +156,7 @@ class Plan:
     creates: list[CreatePV] = field(default_factory=list)
     cleanups: list[StartCleanup] = field(default_factory=list)
     deletes: list[DeletePV] = field(default_factory=list)
+    retracts: list[RetractPV] = field(default_factory=list)
     orphans: list[ConfirmOrphan] = field(default_factory=list)
     forget_cleanups: list[str] = field(default_factory=list)
     journal: dict[str, JournalEntry | None] = field(default_factory=dict)
@@ -205,6 +228,7 @@ def plan(world: World) -> Plan:
         if path is not None:
             by_path.setdefault(path, pv)
     _track_usage(world, journal, out)
+    _follow_volumes(world, journal, by_path, out)
     _plan_deletions(world, journal, out)
     _plan_orphans(world, journal, by_path, out)
     _plan_discovery(world, journal, by_path, out)
@@ -227,6 +251,7 @@ def pv_claim_uid(pv: Obj) -> str:
 
 def _track_usage(world: World, journal: dict[str, JournalEntry], out: Plan) -> None:
     """Record in the journal every PV that was ever claimed (its volume may hold data)."""
+    names = {str(pv_meta(pv).get("name")) for pv in world.pvs}
     for pv in world.pvs:
         path = pv_host_path(pv)
         if path is None:
@@ -235,26 +260,184 @@ def _track_usage(world: World, journal: dict[str, JournalEntry], out: Plan) -> N
         entry = journal.get(path)
         cls = str((pv.get("spec") or {}).get("storageClassName") or "")
         claim = pv_claim_uid(pv)
+        uid = str(meta.get("uid") or "")
         if entry is None:
             state = USED if pv_is_claimed(pv) else OFFERED
-            _set(journal, out, path, JournalEntry(str(meta.get("name")), cls, state, world.now, claim))
-        elif entry.state == OFFERED and pv_is_claimed(pv):
-            _set(journal, out, path, replace(entry, state=USED, since=world.now, claim=claim))
-        elif entry.state == CLEAN and (pv_phase(pv) != "Released" or _new_claim(pv, entry)):
-            # A clean entry with a PV is normally the cleaned PV awaiting deletion. If that
-            # PV is on offer or bound again (an admin cleared its claimRef), it may hold or
-            # soon hold a new tenant's data: track it like any other offered volume.
-            state = USED if pv_is_claimed(pv) else OFFERED
-            _set(journal, out, path, replace(entry, state=state, since=world.now, claim=claim))
-        elif entry.state in (USED, CLEANING) and _new_claim(pv, entry):
-            # Another claim used the volume since we recorded it (claimRef cleared and
-            # re-bound mid-clean): cleanups that started before now say nothing about it.
-            _set(journal, out, path, replace(entry, state=USED, since=world.now, claim=claim))
+            _set(journal, out, path, JournalEntry(str(meta.get("name")), cls, state, world.now, claim, uid))
+        elif _is_stranger(entry, pv, names):
+            _track_stranger(world, journal, out, path, entry, pv)
+        elif not entry.pv_uid and uid and entry.state != CLEAN:
+            # First sight of the PV we created (the create's answer was lost) or a record
+            # from a journal that kept no uids: this object is the one on offer.
+            _set(journal, out, path, replace(entry, pv_uid=uid))
+            _track_usage_of(world, journal, out, path, pv)
+        else:
+            _track_usage_of(world, journal, out, path, pv)
+
+
+def _is_stranger(entry: JournalEntry, pv: Obj, names: set[str]) -> bool:
+    """The PV is not the object the volume was offered as: the recorded PV was replaced by
+    one of the same name and another uid, or is gone and another name now claims the path.
+    (A second PV while the recorded one still exists is a duplicate, handled as such.)"""
+    meta = pv_meta(pv)
+    uid = str(meta.get("uid") or "")
+    if str(meta.get("name")) == entry.pv:
+        return bool(entry.pv_uid) and bool(uid) and uid != entry.pv_uid
+    return entry.pv not in names
+
+
+def _track_usage_of(world: World, journal: dict[str, JournalEntry], out: Plan, path: str, pv: Obj) -> None:
+    """The PV is the object the journal knows: note a first claim or a new claim."""
+    entry = journal[path]
+    claim = pv_claim_uid(pv)
+    if entry.state == OFFERED and pv_is_claimed(pv):
+        _set(journal, out, path, replace(entry, state=USED, since=world.now, claim=claim))
+    elif entry.state == CLEAN and (pv_phase(pv) != "Released" or _new_claim(pv, entry)):
+        # A clean entry with a PV is normally the cleaned PV awaiting deletion. If that
+        # PV is on offer or bound again (an admin cleared its claimRef), it may hold or
+        # soon hold a new tenant's data: track it like any other offered volume.
+        state = USED if pv_is_claimed(pv) else OFFERED
+        uid = str(pv_meta(pv).get("uid") or "")
+        _set(journal, out, path, replace(entry, state=state, since=world.now, claim=claim, pv_uid=uid))
+    elif entry.state in (USED, CLEANING) and _new_claim(pv, entry):
+        # Another claim used the volume since we recorded it (claimRef cleared and
+        # re-bound mid-clean): cleanups that started before now say nothing about it.
+        _set(journal, out, path, replace(entry, state=USED, since=world.now, claim=claim))
+
+
+def _track_stranger(
+    world: World, journal: dict[str, JournalEntry], out: Plan, path: str, entry: JournalEntry, pv: Obj
+) -> None:
+    """A PV for a recorded volume that is not the object the volume was offered as.
+
+    Someone deleted our PV and created one with the same name and path (a GitOps
+    re-apply, a restore from backup). If the volume is known clean, the newcomer is simply
+    the PV now on offer. Otherwise it offers a volume that may hold a previous tenant's
+    data: unclaimed, it is retracted and the volume cleaned first; already claimed, the
+    harm is done and deleting it would hurt the new tenant too, so it is tracked as used
+    (cleaned on release) and the operator told.
+    """
+    uid = str(pv_meta(pv).get("uid") or "")
+    claim = pv_claim_uid(pv)
+    if entry.state == CLEAN:
+        state = USED if pv_is_claimed(pv) else OFFERED
+        _set(journal, out, path, replace(entry, state=state, since=world.now, claim=claim, pv_uid=uid))
+        return
+    previous = f"claim {entry.claim}" if entry.claim else "a previous claim"
+    if pv_is_claimed(pv) or pv_meta(pv).get("deletionTimestamp"):
+        _set(journal, out, path, replace(entry, state=USED, since=world.now, claim=claim, pv_uid=uid))
+        out.events.append(EventSpec(pv, WARNING, "VolumeNotCleaned",
+                                    f"PV was re-created (uid {uid}, was {entry.pv_uid}) for {path} while the "
+                                    f"volume was {entry.state} and it was claimed before it could be cleaned: it "
+                                    f"may hold data of {previous}"))
+        return
+    if entry.state != CLEANING:
+        _set(journal, out, path, entry.with_state(CLEANING, world.now))
+    out.retracts.append(RetractPV(pv, path, f"PV was re-created (uid {uid}, was {entry.pv_uid}) while its volume "
+                                            f"{path} was {entry.state}; it is deleted and offered again once the "
+                                            "volume is cleaned"))
 
 
 def _new_claim(pv: Obj, entry: JournalEntry) -> bool:
     """The PV names a claim other than the one the journal recorded."""
     return bool(entry.claim) and pv_claim_uid(pv) not in ("", entry.claim)
+
+
+@dataclass(frozen=True)
+class _Volume:
+    """A scanned entry that is a volume of a class (mount point or block device)."""
+
+    host_path: str
+    cls: ClassConfig
+    entry: Entry
+
+    @property
+    def ident(self) -> str:
+        return self.entry.ident or ""
+
+
+def _scanned_volumes(world: World) -> dict[str, _Volume]:
+    """Every entry of every class that could be a volume, by host path."""
+    found: dict[str, _Volume] = {}
+    for cls_name in sorted(world.config.classes):
+        cls = world.config.classes[cls_name]
+        scan = world.scans.get(cls_name)
+        if isinstance(scan, str) or scan is None:
+            continue
+        for entry in scan:
+            if entry.kind in (EntryKind.MOUNTPOINT, EntryKind.BLOCK) and cls.name_pattern.matches(entry.name):
+                found.setdefault(f"{cls.host_dir.rstrip('/')}/{entry.name}", _Volume(
+                    f"{cls.host_dir.rstrip('/')}/{entry.name}", cls, entry))
+    return found
+
+
+def _by_ident(volumes: Mapping[str, _Volume]) -> dict[str, list[_Volume]]:
+    index: dict[str, list[_Volume]] = {}
+    for volume in volumes.values():
+        if volume.ident:
+            index.setdefault(volume.ident, []).append(volume)
+    return index
+
+
+#: States in which a volume may hold a tenant's data.
+DIRTY = (USED, CLEANING)
+
+
+def _follow_volumes(
+    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], out: Plan
+) -> None:
+    """Keep each record attached to its volume, whatever path names it now.
+
+    A record whose path still names a volume learns that volume's identity (the path is
+    what the PV offers). If the identity changed while the record says the volume may
+    hold data, the old identity is suspect wherever it now appears (disks renumbered,
+    mounts swapped): such an entry without a PV is cleaned before it is offered. A dirty
+    record whose path names nothing any more (``hostDir`` changed to an alias, the class
+    renamed) follows its volume to the one path that now shows the same identity, so the
+    cleanup carries on there instead of the volume being offered dirty under a new name.
+    """
+    volumes = _scanned_volumes(world)
+    by_ident = _by_ident(volumes)
+    for path, record in sorted(journal.items()):
+        here = volumes.get(path)
+        if here is not None:
+            if here.ident and here.ident != record.ident:
+                if record.ident and record.state in DIRTY:
+                    for other in by_ident.get(record.ident, []):
+                        _suspect(world, journal, by_path, out, other, path)
+                _set(journal, out, path, replace(journal[path], ident=here.ident))
+            continue
+        if record.state not in DIRTY or not record.ident or path in by_path:
+            continue
+        targets = [v for v in by_ident.get(record.ident, [])
+                   if v.host_path not in by_path and _replaceable(journal.get(v.host_path))]
+        if len(targets) != 1:
+            continue
+        target = targets[0]
+        _set(journal, out, path, None)
+        _set(journal, out, target.host_path, replace(record, cls=target.cls.name))
+        out.events.append(EventSpec(_node_event_target(world.node), WARNING, "VolumeMoved",
+                                    f"volume {path} ({record.state}) is now found at {target.host_path} (same "
+                                    "device and inode); it is cleaned there before it is offered"))
+
+
+def _replaceable(record: JournalEntry | None) -> bool:
+    return record is None or record.state == CLEAN
+
+
+def _suspect(
+    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], out: Plan, volume: _Volume,
+    previous: str,
+) -> None:
+    """``volume`` carries the identity a dirty volume at ``previous`` had: clean it first."""
+    if volume.host_path in by_path or not _replaceable(journal.get(volume.host_path)):
+        return
+    name = pv_name(volume.entry.name, world.node.name, volume.cls.name)
+    _set(journal, out, volume.host_path, JournalEntry(name, volume.cls.name, CLEANING, world.now,
+                                                      ident=volume.ident))
+    out.events.append(EventSpec(_node_event_target(world.node), WARNING, "VolumeSuspect",
+                                f"{volume.host_path} has the identity the volume at {previous} had while it held "
+                                "data; it is cleaned before it is offered"))
 
 
 def _find_entry(world: World, cls: ClassConfig, container_path: str) -> Entry | None:
@@ -421,6 +604,7 @@ def _plan_discovery(
 ) -> None:
     by_name = {str(pv_meta(pv).get("name")): pv for pv in world.pvs}
     claimed: set[str] = set(by_path)
+    owners = _ident_owners(world, journal, by_path)
     for cls_name in sorted(world.config.classes):
         cls = world.config.classes[cls_name]
         scan = world.scans.get(cls_name)
@@ -437,7 +621,7 @@ def _plan_discovery(
             continue
         for entry in scan:
             if cls.name_pattern.matches(entry.name):
-                _discover_entry(world, journal, cls, sc, entry, by_name, claimed, out)
+                _discover_entry(world, journal, cls, sc, entry, by_name, claimed, owners, out)
 
 
 def _discover_entry(
@@ -448,6 +632,7 @@ def _discover_entry(
     entry: Entry,
     by_name: Mapping[str, Obj],
     claimed: set[str],
+    owners: dict[str, str],
     out: Plan,
 ) -> None:
     bad_name = _name_problem(entry.name)
@@ -476,6 +661,12 @@ def _discover_entry(
     if mode is None or entry.capacity is None:
         out.skipped.append(Skipped(entry.path, cls.name, problem or entry.reason or "capacity unknown", True))
         return
+    twin = owners.get(entry.ident or "")
+    if twin is not None and twin != host_path:
+        out.skipped.append(Skipped(entry.path, cls.name, f"it is the same volume (device and inode) as {twin}: "
+                                   f"{_owner_state(journal, twin)}", False))
+        claimed.add(host_path)
+        return
     running = world.cleanups.get(name)
     if running is not None and running.state == RUNNING:
         out.skipped.append(Skipped(entry.path, cls.name, "cleanup in progress", False))
@@ -486,20 +677,53 @@ def _discover_entry(
         out.skipped.append(Skipped(entry.path, cls.name, f"waiting for cleanup ({record.state})", False))
         claimed.add(host_path)
         return
-    if record is None and world.config.clean_before_first_discovery:
-        fresh = JournalEntry(name, cls.name, CLEANING, world.now)
+    if record is None and (world.config.clean_before_first_discovery or world.recovering):
+        fresh = JournalEntry(name, cls.name, CLEANING, world.now, ident=entry.ident or "")
         _set(journal, out, host_path, fresh)
         status = _current_status(world, out, name, fresh, None)
         _plan_cleanup_step(world, journal, out, name, host_path, cls, None, status)
-        out.skipped.append(Skipped(entry.path, cls.name, "cleaning before first discovery", False))
+        why = ("cleaning before first discovery" if world.config.clean_before_first_discovery else
+               "cleaning before first offer: the cleanup journal is new (first start, or the state dir was lost), "
+               "so nothing proves this volume clean")
+        out.skipped.append(Skipped(entry.path, cls.name, why, False))
         claimed.add(host_path)
         return
     claimed.add(host_path)
+    if entry.ident:
+        owners[entry.ident] = host_path
     spec = VolumeSpec(name, host_path, entry.capacity, mode, cls)
     pv = build_pv(spec, world.node, sc, world.config, world.provisioner)
-    _set(journal, out, host_path, JournalEntry(name, cls.name, OFFERED, world.now))
+    _set(journal, out, host_path, JournalEntry(name, cls.name, OFFERED, world.now, ident=entry.ident or ""))
     out.creates.append(CreatePV(pv, host_path, mode, entry.capacity))
     out.capacity[mode] += round_capacity(entry.capacity)
+
+
+def _ident_owners(world: World, journal: Mapping[str, JournalEntry], by_path: Mapping[str, Obj]) -> dict[str, str]:
+    """Identity -> the path under which the journal holds that volume.
+
+    Another spelling of such a volume must not get a PV of its own: while it may hold
+    data (used, cleaning) it must not be offered at all, and while it is on offer or
+    in use under one path a second PV would let two claims share it. A record whose
+    path names nothing now (the volume was unmounted) owns its identity only while it
+    may hold data: an anonymous device number (tmpfs) is reused by unrelated mounts.
+    """
+    visible = _scanned_volumes(world)
+    owners: dict[str, str] = {}
+    for path, record in sorted(journal.items()):
+        if not record.ident or record.state == CLEAN:
+            continue
+        if record.state in DIRTY or (path in visible and path in by_path):
+            owners.setdefault(record.ident, path)
+    return owners
+
+
+def _owner_state(journal: Mapping[str, JournalEntry], path: str) -> str:
+    record = journal.get(path)
+    if record is None:
+        return "published under that path in this pass"
+    if record.state in DIRTY:
+        return f"waiting for its cleanup ({record.state})"
+    return f"already published as PV {record.pv}"
 
 
 def _name_problem(name: str) -> str | None:

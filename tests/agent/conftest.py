@@ -94,6 +94,9 @@ def agent_env(apiserver: ApiServer, kube: KubeApi, tmp_path: Path) -> Iterator[A
     env = AgentEnv(apiserver, kube, tmp_path, tmp_path / "fs", tmp_path / "block", tmp_path / "state")
     for d in (env.fs_dir, env.block_dir, env.state_dir):
         d.mkdir()
+    # Tests start on a node whose volumes they make themselves: a journal with nothing to
+    # recover. (The agent itself treats a missing journal as lost; tests of that remove it.)
+    Journal.initialise(env.state_dir / "journal.json")
     try:
         yield env
     finally:

@@ -171,7 +171,7 @@ def test_agent_lifecycle_needs_nothing_beyond_the_charts_rbac(
         os.makedirs(options.state_dir or "", exist_ok=True)
         agent = NodeAgent(KubeApi(server.api_client(), backoff=FAST), options,
                           _agent_config(inst, fs_dir, block_dir, tmp_path),
-                          Journal(str(tmp_path / "state" / "journal.json")))
+                          Journal.initialise(str(tmp_path / "state" / "journal.json")))
         agent.start()
         try:
             wait_for(lambda: not (server.get("v1", "Node", NODE) or {}).get("spec", {}).get("taints"),

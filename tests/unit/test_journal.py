@@ -80,7 +80,9 @@ def test_file_format_is_versioned_json_sorted_by_path(path: Path) -> None:
     volumes = doc["volumes"]
     assert isinstance(volumes, dict)
     assert list(volumes) == ["/a", "/z"]
-    assert volumes["/z"] == {"pv": "pv-z", "cls": "sc1", "state": "used", "since": 100.0, "claim": ""}
+    assert volumes["/z"] == {"pv": "pv-z", "cls": "sc1", "state": "used", "since": 100.0, "claim": "",
+                             "pv_uid": "", "ident": ""}
+    assert doc["recovering"] is True  # it did not exist when this agent started
 
 
 def test_claim_uid_round_trips(path: Path) -> None:
@@ -288,7 +290,7 @@ def test_unknown_state_raises_journal_error(path: Path) -> None:
     assert "/a" in str(info.value)
 
 
-@pytest.mark.parametrize("version", [0, 2, "1", None])
+@pytest.mark.parametrize("version", [0, 3, "1", None])
 def test_unsupported_version_raises_journal_error(path: Path, version: object) -> None:
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"version": version, "volumes": {}}), encoding="utf-8")
@@ -347,3 +349,52 @@ def test_reload_equals_memory_after_any_sequence(tmp_path_factory: pytest.TempPa
         assert Journal(path).snapshot() == model
     else:
         assert model == {}
+
+
+# --------------------------------------------------------------------------- identity and recovery
+
+
+def test_pv_uid_and_identity_round_trip(path: Path) -> None:
+    e = JournalEntry("pv-a", "sc1", USED, 5.0, claim="c", pv_uid="pv-uid-1", ident="fs:2049:131")
+    Journal(path).apply({"/a": e})
+    assert Journal(path).get("/a") == e
+
+
+def test_a_missing_journal_is_recovering_until_told_otherwise_even_across_restarts(path: Path) -> None:
+    j = Journal(path)
+    assert j.recovering, "a missing journal may be a lost one: nothing proves volumes without records clean"
+    j.apply({"/a": entry(CLEANING, "pv-a")})
+    assert Journal(path).recovering, "a restart before the first complete pass is still recovering"
+    j.end_recovery()
+    assert not j.recovering and not Journal(path).recovering
+    assert Journal(path).snapshot() == {"/a": entry(CLEANING, "pv-a")}
+
+
+def test_initialise_writes_a_journal_with_nothing_to_recover(path: Path) -> None:
+    Journal.initialise(path)
+    assert not Journal(path).recovering and Journal(path).snapshot() == {}
+
+
+def test_in_memory_journal_is_not_recovering() -> None:
+    assert not Journal(None).recovering
+
+
+def test_version_1_journal_is_read_without_uids_and_not_recovering(path: Path) -> None:
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(
+        {"version": 1, "volumes": {"/a": {"pv": "p", "cls": "c", "state": "used", "since": 1.5, "claim": "x"}}}),
+        encoding="utf-8")
+    j = Journal(path)
+    assert j.get("/a") == JournalEntry("p", "c", USED, 1.5, "x", pv_uid="", ident="")
+    assert not j.recovering
+
+
+def test_corrupt_journal_advice_is_safe(path: Path) -> None:
+    """The message used to say "inspect or remove it", and removing it silently re-offered
+    dirty volumes. Now a missing journal is safe (it cleans), and the advice says so."""
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json", encoding="utf-8")
+    with pytest.raises(JournalError) as info:
+        Journal(path)
+    message = str(info.value)
+    assert "restore it from a backup" in message and "cleans every volume that has no PV" in message

@@ -141,8 +141,10 @@ def make_pv(
     return pv
 
 
-def jentry(state: str, name: str = "vol1", cls: str = "sc1", since: float = 50.0, claim: str = "") -> JournalEntry:
-    return JournalEntry(pv_name(name, NODE.name, cls), cls, state, since, claim)
+def jentry(state: str, name: str = "vol1", cls: str = "sc1", since: float = 50.0, claim: str = "",
+           pv_uid: str = "uid-1") -> JournalEntry:
+    """A record as the agent keeps it for the PV ``make_pv`` builds (same uid by default)."""
+    return JournalEntry(pv_name(name, NODE.name, cls), cls, state, since, claim, pv_uid)
 
 
 def status(state: str, *, uid: str | None = "uid-1", started: float = 100.0, retry_at: float | None = None,
@@ -286,9 +288,13 @@ def test_second_pass_with_the_pv_in_the_cache_creates_nothing() -> None:
         pv["metadata"]["uid"] = f"uid-{i}"
         pv["status"] = {"phase": "Available"}
         pvs.append(pv)
-    second = plan(make_world(config, scans, pvs=pvs, journal=journal_after(make_world(config, scans), first)))
+    recorded = journal_after(make_world(config, scans), first)
+    second = plan(make_world(config, scans, pvs=pvs, journal=recorded))
     assert second.creates == []
-    assert second.journal == {}
+    # The only news: which PV object each volume is offered as (the executor normally
+    # records it from the create's answer; without it, first sight does).
+    uids = {pv["spec"]["local"]["path"]: pv["metadata"]["uid"] for pv in pvs}
+    assert second.journal == {path: replace(recorded[path], pv_uid=uid) for path, uid in uids.items()}
     assert second.skipped == []
     assert second.orphans == [] and second.cleanups == [] and second.deletes == [] and second.events == []
     assert second.ready
@@ -446,7 +452,7 @@ def test_existing_pv_means_no_create_even_without_journal_entry() -> None:
     pv = make_pv("vol1")
     result = plan(make_world(scans={"sc1": [mnt("vol1")]}, pvs=[pv]))
     assert result.creates == []
-    assert result.journal == {"/mnt/disks/vol1": JournalEntry(name_of("vol1"), "sc1", OFFERED, NOW)}
+    assert result.journal == {"/mnt/disks/vol1": JournalEntry(name_of("vol1"), "sc1", OFFERED, NOW, "", "uid-1")}
 
 
 def test_pv_for_the_path_under_another_name_blocks_discovery() -> None:
@@ -559,7 +565,8 @@ def test_usage_is_recorded_for_every_pv(phase: str, claim: bool, expected: str) 
     result = plan(make_world(scans={"sc1": [mnt("vol1")]}, pvs=[pv]))
     # The claim's UID is remembered, so a later, different claim is recognised.
     claim_uid = "claim-of-uid-1" if claim else ""
-    assert result.journal == {"/mnt/disks/vol1": JournalEntry(name_of("vol1"), "sc1", expected, NOW, claim_uid)}
+    assert result.journal == {"/mnt/disks/vol1": JournalEntry(name_of("vol1"), "sc1", expected, NOW, claim_uid,
+                                                              pv_uid="uid-1")}
 
 
 def test_offered_becomes_used_when_bound() -> None:
@@ -680,7 +687,7 @@ def test_unknown_policy_is_reported() -> None:
 
 def test_pv_of_a_class_no_longer_configured_fails_delete_and_nothing_else() -> None:
     pv = make_pv("vol1", "removed-class", phase="Released")
-    journal = {"/mnt/disks/vol1": JournalEntry(pv["metadata"]["name"], "removed-class", USED, 50.0)}
+    journal = {"/mnt/disks/vol1": JournalEntry(pv["metadata"]["name"], "removed-class", USED, 50.0, pv_uid="uid-1")}
     result = plan(make_world(scans={"sc1": [mnt("vol1")]}, pvs=[pv], journal=journal,
                              cleanups={pv["metadata"]["name"]: status(SUCCEEDED)}))
     [event] = result.events
@@ -704,12 +711,12 @@ def test_released_non_local_pv_fails_delete() -> None:
 def test_released_delete_pv_starts_a_filesystem_cleanup() -> None:
     config = make_config()
     pv = make_pv("vol1", phase="Released", uid="uid-7")
-    journal = {"/mnt/disks/vol1": jentry(USED, since=50.0)}
+    journal = {"/mnt/disks/vol1": jentry(USED, since=50.0, pv_uid="uid-7")}
     result = plan(make_world(config, {"sc1": [mnt("vol1")]}, pvs=[pv], journal=journal))
     assert result.cleanups == [StartCleanup(
         pv_name=name_of("vol1"), host_path="/mnt/disks/vol1", container_path="/discovery/disks/vol1",
         cls=config.classes["sc1"], block=False, reason="released", pv=pv, retry=False)]
-    assert result.journal == {"/mnt/disks/vol1": jentry(CLEANING, since=NOW)}
+    assert result.journal == {"/mnt/disks/vol1": jentry(CLEANING, since=NOW, pv_uid="uid-7")}
     assert result.deletes == [] and result.creates == []
     assert result.events == []  # the VolumeDelete event is for block cleaning, as upstream
 
@@ -819,7 +826,9 @@ def test_succeeded_status_of_an_earlier_pv_incarnation_is_forgotten_not_trusted(
                              cleanups={name_of("vol1"): status(SUCCEEDED, uid="uid-OLD")}))
     assert result.deletes == []
     assert result.forget_cleanups == [name_of("vol1")]
-    assert result.journal == {"/mnt/disks/vol1": jentry(CLEANING, since=NOW)}
+    # The PV object was replaced (a new uid) and used: tracked as that PV, cleaned anew.
+    assert result.journal == {"/mnt/disks/vol1": jentry(CLEANING, since=NOW, claim="claim-of-uid-NEW",
+                                                        pv_uid="uid-NEW")}
     [cleanup] = result.cleanups
     assert cleanup.pv == pv and not cleanup.retry
 
@@ -1158,7 +1167,7 @@ _ALLOWED = {
     None: {OFFERED, USED, CLEANING, CLEAN},
     OFFERED: {USED, CLEANING, CLEAN},
     USED: {CLEANING, CLEAN},
-    CLEANING: {CLEAN, OFFERED},
+    CLEANING: {CLEAN, OFFERED, USED},  # USED: claimed again through a re-created PV
     CLEAN: {OFFERED, USED, CLEANING},  # USED/CLEANING: re-claimed before its PV was deleted
 }
 
@@ -1189,6 +1198,8 @@ def check_invariants(world: World, result: Plan) -> None:
         assert value is not None, f"plan removed the journal entry of {path}"
         assert value.state in STATES
         old = before.get(path)
+        if old is not None and value.state == old.state:
+            continue  # the record learnt the PV's uid or the volume's identity, nothing else
         assert value.state in _ALLOWED[old.state if old else None], (path, old, value)
         if value.state == CLEAN or (old is not None and old.state != CLEAN and value.state == OFFERED):
             assert _succeeded_for(world, path, value.pv), f"{path} became {value.state} without a cleanup"
@@ -1328,6 +1339,11 @@ class Sim:
             live = self.api.get(orphan.pv_name)
             if live is None:
                 self.journal[orphan.host_path] = orphan.entry.with_state(CLEANING, self.now)
+        for retract in result.retracts:
+            live = self.api.get(retract.pv["metadata"]["name"])
+            if live is not None and live["metadata"]["uid"] == retract.pv["metadata"]["uid"] and \
+                    live == retract.pv:  # the uid and resourceVersion preconditions
+                del self.api[retract.pv["metadata"]["name"]]
         for cleanup in result.cleanups:
             previous = self.cleanups.get(cleanup.pv_name)
             if previous is not None and previous.state == RUNNING:
@@ -1357,6 +1373,9 @@ class Sim:
             pv["metadata"]["uid"] = f"uid-{next(self.uids)}"
             pv["status"] = {"phase": "Available"}
             self.api[name] = pv
+            record = self.journal.get(create.host_path)
+            if record is not None and record.pv == name and not record.pv_uid:  # Executor._remember_uid
+                self.journal[create.host_path] = replace(record, pv_uid=pv["metadata"]["uid"])
         return result
 
     def finish_cleanups(self, data: st.DataObject) -> None:
