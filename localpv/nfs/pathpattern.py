@@ -32,6 +32,13 @@ MAX_SEGMENT_BYTES = 255
 
 _SHOWN_VALUE_CHARS = 80
 
+#: The export's top-level directory for localpv's own bookkeeping (ownership records, see
+#: :mod:`localpv.nfs.ownership`). It is never a volume, so no path may start there.
+RESERVED_DIRECTORY = ".localpv"
+
+#: What every archive name starts with (upstream's ``archived-<name>``).
+ARCHIVE_PREFIX = "archived-"
+
 
 class PathRejected(ValueError):
     """A rendered path that must not be used; ``field`` names where the bad text came from."""
@@ -192,17 +199,45 @@ def _show(text: str) -> str:
 
 
 def claim_subpath(pattern: str | None, metadata: Mapping[str, Any], pv_name: str) -> SubPath:
-    """The validated directory for a claim: the rendered pattern, else the default name."""
+    """The validated directory for a claim: the rendered pattern, else the default name.
+
+    Besides escaping the export, a claim may not name the reserved directory or an archive:
+    archives are released claims' data, and a claim naming one would be handed it (and, with
+    ``onDelete: delete``, erase it on release).
+    """
     pieces = render(pattern, metadata) if pattern else []
     if is_blank(pieces):
         pieces = default_directory_name(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""),
                                         pv_name)
-    return validate(pieces)
+    sub = validate(pieces)
+    _refuse_reserved(sub)
+    _refuse_archives(sub)
+    return sub
 
 
 def parse_subpath(relative: str, field: str) -> SubPath:
-    """Validate a path read back from somewhere (a PV's ``nfs.path``), blaming ``field``."""
-    return validate([Piece(relative, field)])
+    """Validate a path read back from somewhere (a PV's ``nfs.path``), blaming ``field``.
+
+    Archives stay acceptable here (a PV made before they were refused may point at one; the
+    ownership check decides what happens to it), the reserved directory does not.
+    """
+    sub = validate([Piece(relative, field)])
+    _refuse_reserved(sub)
+    return sub
+
+
+def _refuse_reserved(sub: SubPath) -> None:
+    first = sub.segments[0]
+    if first.text == RESERVED_DIRECTORY:
+        raise PathRejected(first.blame(), f"{RESERVED_DIRECTORY!r} at the top of the export is reserved for "
+                                          "localpv's ownership records")
+
+
+def _refuse_archives(sub: SubPath) -> None:
+    for seg in sub.segments:
+        if seg.text.startswith(ARCHIVE_PREFIX):
+            raise PathRejected(seg.blame(), f"{_show(seg.text)} names an archive: path segments starting with "
+                                            f"{ARCHIVE_PREFIX!r} are reserved for released claims' data")
 
 
 def archive_names(basename: str, pv_name: str, attempts: int = 100) -> list[str]:
@@ -211,7 +246,7 @@ def archive_names(basename: str, pv_name: str, attempts: int = 100) -> list[str]
     Later candidates keep a second archive of a reused path (or the same name from two
     namespaces) from failing forever as upstream does; every candidate fits ``NAME_MAX``.
     """
-    first = f"archived-{basename}"
+    first = f"{ARCHIVE_PREFIX}{basename}"
     names = [first, f"{first}-{pv_name}"]
     names += [f"{first}-{pv_name}-{n}" for n in range(2, attempts)]
     return [_fit(name, n) for n, name in enumerate(names)]

@@ -135,13 +135,43 @@ def test_the_event_message_escapes_tenant_text() -> None:
     assert "\\x1b" in str(exc.value)
 
 
+@pytest.mark.parametrize(
+    ("pattern", "value"),
+    [
+        ("${.PVC.annotations.p}", "archived-team-a-data"),
+        ("${.PVC.annotations.p}", "archived-"),
+        ("${.PVC.annotations.p}", "team/archived-x"),
+        ("${.PVC.namespace}/${.PVC.annotations.p}", "archived-db"),
+        ("${.PVC.annotations.p}", ".localpv"),
+        ("${.PVC.annotations.p}", ".localpv/owners"),
+    ],
+)
+def test_archives_and_the_reserved_directory_cannot_be_named(pattern: str, value: str) -> None:
+    """An archive is a released claim's data and ``.localpv`` holds ownership records: no claim
+    may render a path into either (issue 11 finding 7)."""
+    with pytest.raises(PathRejected) as exc:
+        claim_subpath(pattern, meta(annotations={"p": value}), PV)
+    assert exc.value.field == "annotations.p"
+    assert "reserved" in exc.value.reason or "archive" in exc.value.reason
+
+
+def test_archived_and_reserved_names_are_fine_where_they_name_nothing_special() -> None:
+    assert rendered("${.PVC.annotations.p}", meta(annotations={"p": "x/.localpv"})) == "x/.localpv"
+    assert rendered("${.PVC.annotations.p}", meta(annotations={"p": "not-archived-x"})) == "not-archived-x"
+
+
+def test_the_default_name_is_checked_too() -> None:
+    with pytest.raises(PathRejected, match="archive"):
+        claim_subpath(None, meta(namespace="archived"), PV)
+
+
 # ---------------------------------------------------------------- reading paths back
 
 
 @pytest.mark.parametrize(
     "path",
     ["/etc", "/exports", "/exports/", "/exportsX/a", "/exports/../etc", "/exports/a/../../b", "/exports/./a",
-     "/exports//a", "relative", "/exports/a\x00"],
+     "/exports//a", "relative", "/exports/a\x00", "/exports/.localpv", "/exports/.localpv/owners"],
 )
 def test_tampered_pv_paths_are_refused(path: str) -> None:
     with pytest.raises(PathRejected) as exc:
@@ -192,7 +222,8 @@ FIELD_ROOTS = ("name", "namespace", "labels", "annotations", "volumeName")
 
 hostile_text = st.one_of(
     st.text(max_size=40),
-    st.lists(st.sampled_from(["..", ".", "", "/", "a", "é", "\x00", "\n", "//", "../", "x" * 300]),
+    st.lists(st.sampled_from(["..", ".", "", "/", "a", "é", "\x00", "\n", "//", "../", "x" * 300, "archived-",
+                              ".localpv"]),
              max_size=8).map("".join),
 )
 
@@ -222,3 +253,5 @@ def test_any_claim_metadata_gives_a_clear_refusal_or_a_path_strictly_inside(
     assert joined.startswith("/export/") and joined != "/export/"
     assert all(part and "/" not in part and part not in (".", "..") for part in sub.parts)
     assert all(ch >= " " for ch in sub.relative)
+    assert not any(part.startswith("archived-") for part in sub.parts)
+    assert sub.parts[0] != ".localpv"
