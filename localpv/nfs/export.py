@@ -7,6 +7,10 @@ So a symbolic link a tenant planted anywhere on the way - as the leaf or as an
 intermediate directory - is refused instead of followed, and a component swapped for a
 link between two calls is caught by the next ``open``. Paths given here are already
 validated segments (no ``..``, no ``.``, no empty parts; see :mod:`localpv.nfs.pathpattern`).
+
+Small files (localpv's ownership records) are read and written the same way: opened with
+``O_NOFOLLOW | O_NONBLOCK`` relative to their directory's descriptor and used only if they are
+regular files, and replaced atomically (write a sibling, ``fsync``, ``renameat`` over the old).
 """
 
 from __future__ import annotations
@@ -23,6 +27,15 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 #: Mode of intermediate directories before the umask, as ``MkdirAll(path, 0777)`` upstream.
 INTERMEDIATE_MODE = 0o777
+
+#: Mode of localpv's own directories and files: only the provisioner has any business there.
+PRIVATE_MODE = 0o700
+_FILE_MODE = 0o600
+_FILE_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FILE_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+#: Suffix of the sibling a file is written to before it is renamed into place.
+TEMPORARY_SUFFIX = ".tmp"
 
 
 class UnsafeDirectory(Exception):
@@ -107,28 +120,86 @@ class Export:
             return None
         raise FileExistsError(errno.EEXIST, f"no free archive name among {len(names)} candidates", names[0])
 
+    # ------------------------------------------------------------------ small private files
+
+    def read_file(self, parts: Sequence[str], name: str, limit: int) -> bytes | None:
+        """The content of regular file ``name`` in directory ``parts``; None if either is absent.
+
+        A link, a FIFO or anything else that is not a regular file is refused (a FIFO would
+        block, a link could point anywhere); so is a file larger than ``limit`` bytes.
+        """
+        _require_plain([*parts, name])
+        try:
+            with self._walk(parts, create=False) as walk:
+                fd = _open_file(walk.fds[-1], name, len(parts), _FILE_READ_FLAGS)
+                try:
+                    return _read_bounded(fd, name, limit)
+                finally:
+                    os.close(fd)
+        except FileNotFoundError:
+            return None
+
+    def write_file(self, parts: Sequence[str], name: str, data: bytes) -> None:
+        """Atomically replace file ``name`` in directory ``parts`` (made ``PRIVATE_MODE`` if missing).
+
+        Readers see the old content or the new, never a part. localpv's own directories are not
+        counted as volume directories (``on_mkdir``).
+        """
+        _require_plain([*parts, name])
+        temporary = name + TEMPORARY_SUFFIX
+        with self._walk(parts, create=True, mode=PRIVATE_MODE, count=False) as walk:
+            directory = walk.fds[-1]
+            fd = _open_file(directory, temporary, len(parts), _FILE_WRITE_FLAGS)
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+            _fsync_directory(directory)
+
+    def remove_file(self, parts: Sequence[str], name: str) -> bool:
+        """Remove file ``name`` (and a temporary left by an interrupted write); False if absent."""
+        _require_plain([*parts, name])
+        try:
+            with self._walk(parts, create=False) as walk:
+                _unlink_if_present(walk.fds[-1], name + TEMPORARY_SUFFIX)
+                return _unlink_if_present(walk.fds[-1], name)
+        except FileNotFoundError:
+            return False
+
+    def list_files(self, parts: Sequence[str]) -> list[str]:
+        """Names in directory ``parts`` (none if it is absent), temporaries left out."""
+        _require_plain(parts)
+        try:
+            with self._walk(parts, create=False) as walk:
+                return sorted(n for n in os.listdir(walk.fds[-1]) if not n.endswith(TEMPORARY_SUFFIX))
+        except FileNotFoundError:
+            return []
+
     # ------------------------------------------------------------------ internals
 
     @contextmanager
-    def _walk(self, parts: Sequence[str], *, create: bool) -> Iterator[_Walk]:
+    def _walk(self, parts: Sequence[str], *, create: bool, mode: int = INTERMEDIATE_MODE,
+              count: bool = True) -> Iterator[_Walk]:
         """Descriptors of the root and of each component in turn (closed on exit)."""
         walk = _Walk([os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)])
         try:
             for index, name in enumerate(parts):
                 if create:
-                    walk.created_leaf = self._mkdir(walk.fds[-1], name)
+                    walk.created_leaf = self._mkdir(walk.fds[-1], name, mode, count)
                 walk.fds.append(_open_child(walk.fds[-1], name, index))
             yield walk
         finally:
             for fd in reversed(walk.fds):
                 os.close(fd)
 
-    def _mkdir(self, parent: int, name: str) -> bool:
+    def _mkdir(self, parent: int, name: str, mode: int, count: bool) -> bool:
         try:
-            os.mkdir(name, INTERMEDIATE_MODE, dir_fd=parent)
+            os.mkdir(name, mode, dir_fd=parent)
         except FileExistsError:
             return False
-        if self._on_mkdir is not None:
+        if count and self._on_mkdir is not None:
             self._on_mkdir()
         return True
 
@@ -179,6 +250,55 @@ def _open_child(parent: int, name: str, index: int) -> int:
         except OSError:
             mode = 0
         raise UnsafeDirectory(index, name, _kind(mode)) from err
+
+
+def _open_file(directory: int, name: str, index: int, flags: int) -> int:
+    """Open ``name`` below ``directory`` without following a link; refuse anything but a regular file."""
+    try:
+        fd = os.open(name, flags, _FILE_MODE, dir_fd=directory)
+    except OSError as err:
+        if err.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise
+        raise UnsafeDirectory(index, name, "is a symbolic link" if err.errno == errno.ELOOP
+                              else "is not a regular file") from err
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeDirectory(index, name, "is not a regular file")
+    return fd
+
+
+def _read_bounded(fd: int, name: str, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := os.read(fd, limit + 1 - size):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", name)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _fsync_directory(fd: int) -> None:
+    """Make a rename durable; some filesystems (and NFS clients) refuse ``fsync`` on a directory."""
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno not in (errno.EINVAL, errno.EBADF, errno.ENOTSUP):
+            raise
+
+
+def _unlink_if_present(directory: int, name: str) -> bool:
+    try:
+        os.unlink(name, dir_fd=directory)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _kind(mode: int) -> str:

@@ -191,3 +191,69 @@ def test_whatever_a_claim_says_the_directory_made_is_inside_the_export(pattern: 
             assert os.path.isdir(real) and not os.path.islink(export.joinpath(*sub.parts))
         assert sorted(os.listdir("/")) == before_root
         assert snapshot(outside) == before_outside
+
+
+# ---------------------------------------------------------------- small private files (ownership records)
+
+
+def test_write_file_creates_a_private_directory_uncounted_and_replaces_atomically(layout: Layout) -> None:
+    made: list[int] = []
+    export = Export(str(layout.export), on_mkdir=lambda: made.append(1))
+    export.write_file([".localpv", "owners"], "rec", b"one")
+    export.write_file([".localpv", "owners"], "rec", b"two")
+    assert export.read_file([".localpv", "owners"], "rec", 100) == b"two"
+    assert mode(layout.export / ".localpv") == 0o700
+    assert os.listdir(layout.export / ".localpv" / "owners") == ["rec"]
+    assert mode(layout.export / ".localpv" / "owners" / "rec") == 0o600
+    assert made == []  # not a volume directory: the directories-created metric is not moved
+    assert export.list_files([".localpv", "owners"]) == ["rec"]
+
+
+def test_read_and_remove_of_absent_files_and_directories(export: Export) -> None:
+    assert export.read_file(["nope"], "rec", 100) is None
+    assert export.remove_file(["nope"], "rec") is False
+    assert export.list_files(["nope"]) == []
+    export.write_file(["d"], "rec", b"x")
+    assert export.read_file(["d"], "other", 100) is None
+    assert export.remove_file(["d"], "rec") is True
+    assert export.remove_file(["d"], "rec") is False
+
+
+def test_remove_file_also_removes_a_temporary_left_by_an_interrupted_write(layout: Layout, export: Export) -> None:
+    export.write_file(["d"], "rec", b"x")
+    (layout.export / "d" / "rec.tmp").write_bytes(b"half")
+    assert export.list_files(["d"]) == ["rec"]
+    export.remove_file(["d"], "rec")
+    assert os.listdir(layout.export / "d") == []
+
+
+@pytest.mark.parametrize("plant", ["file-link", "dir-link", "fifo", "directory"])
+def test_record_files_refuse_links_fifos_and_directories(layout: Layout, export: Export, plant: str) -> None:
+    records = layout.export / "d"
+    records.mkdir()
+    if plant == "file-link":
+        os.symlink(layout.outside / "secrets" / "key", records / "rec")
+        os.symlink(layout.outside / "secrets" / "key", records / "rec.tmp")
+    elif plant == "dir-link":
+        os.rmdir(records)
+        os.symlink(layout.outside / "secrets", records)
+    elif plant == "fifo":
+        os.mkfifo(records / "rec")
+        os.mkfifo(records / "rec.tmp")
+    else:
+        (records / "rec").mkdir()
+        (records / "rec.tmp").mkdir()
+    before = layout.outside_snapshot()
+    with pytest.raises(UnsafeDirectory):
+        export.read_file(["d"], "rec", 100)
+    with pytest.raises(UnsafeDirectory):
+        export.write_file(["d"], "rec", b"forged")
+    assert layout.outside_snapshot() == before
+    assert (layout.outside / "secrets" / "key").read_text() == "do not touch"
+
+
+def test_a_file_over_the_limit_is_refused(export: Export) -> None:
+    export.write_file(["d"], "rec", b"x" * 101)
+    with pytest.raises(OSError, match="larger than 100 bytes"):
+        export.read_file(["d"], "rec", 100)
+    assert export.read_file(["d"], "rec", 101) == b"x" * 101
