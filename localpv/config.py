@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import posixpath
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -409,25 +410,92 @@ def _parse_name_pattern(value: Any, path: str, problems: _Problems) -> NamePatte
         return None
 
 
+#: Trees of the kernel, the OS and the node's container machinery. Neither they nor any
+#: directory inside them is a discovery directory: every mount point in one becomes a volume
+#: that a tenant gets and that is wiped on release, and here those are /boot/efi, the kubelet's
+#: secret tmpfs mounts, a runtime's image layers, /proc's binfmt_misc...
+SYSTEM_TREES = (
+    "/proc", "/sys", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot",
+    "/run", "/var/run", "/var/lib/kubelet", "/var/lib/containerd", "/var/lib/docker",
+    "/var/lib/containers", "/var/lib/etcd",
+)
+#: Directories whose own entries belong to the system (/dev/shm, /var/log, /home/<user>), though
+#: a dedicated directory inside them is fine (/dev/disk/by-id, /var/lib/localpv-disks).
+SYSTEM_DIRS = ("/dev", "/home", "/root", "/var", "/var/lib")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def normalise_dir(path: str) -> str:
+    """An absolute path in one spelling: no ``.``, no empty or trailing components.
+
+    ``posixpath.normpath`` alone keeps a leading ``//`` (POSIX leaves its meaning to the
+    system), which would let ``//`` pass as "not /".
+    """
+    return "/" + posixpath.normpath(path).lstrip("/")
+
+
+def system_directory_refusal(path: str) -> str | None:
+    """What is expected instead, when the normalised absolute ``path`` is the root or a system
+    directory (see :data:`SYSTEM_TREES`, :data:`SYSTEM_DIRS`); None when it may be discovered.
+
+    Whole components are compared, never string prefixes: ``/var/lib/kubelet-disks`` is fine.
+    """
+    if path == "/":
+        return 'a dedicated discovery directory, not "/"'
+    for tree in SYSTEM_TREES:
+        if path == tree or path.startswith(tree + "/"):
+            return f"a directory outside {tree} (a system directory)"
+    if path in SYSTEM_DIRS:
+        return f"a dedicated directory inside {path}, not {path} itself (its entries belong to the system)"
+    return None
+
+
+def _quote(text: str) -> str:
+    """``"text"`` with control characters escaped, so an error line stays one readable line."""
+    return '"' + _CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", text) + '"'
+
+
+def _spelling_refusal(text: str) -> str | None:
+    """What is expected instead, when a directory is spelled unusably whatever it names."""
+    if _CONTROL_CHARS.search(text):
+        return "a path without control characters"
+    if not text.startswith("/"):
+        return "an absolute path"
+    if ".." in text.split("/"):
+        # Folding ".." by hand can disagree with the node, where a symlink before it leads elsewhere.
+        return 'a path without ".." components'
+    return None
+
+
 def _parse_abs_path(value: Any, path: str, problems: _Problems) -> str | None:
+    """A discovery directory (hostDir, mountDir), checked in its normalised form and stored so.
+
+    Checking the text as written let ``/.`` and ``/tmp/..`` through as "not /" (issue 11):
+    the agent then offered /proc, /sys and /dev as volumes and wiped /srv on release.
+    """
     text = _as_str(value, path, problems)
     if text is None:
         return None
-    if not text.startswith("/"):
-        problems.error(path, f'expected an absolute path, got "{text}"')
+    if expected := _spelling_refusal(text):
+        problems.error(path, f"expected {expected}, got {_quote(text)}")
         return None
-    if text.rstrip("/") == "":
-        problems.error(path, 'expected a dedicated discovery directory, got "/"')
+    normal = normalise_dir(text)
+    if expected := system_directory_refusal(normal):
+        alias = "" if normal == text else f" (which is {_quote(normal)})"
+        problems.error(path, f"expected {expected}, got {_quote(text)}{alias}")
         return None
-    return os.path.normpath(text)
+    return normal
 
 
 CLASS_KEYS: dict[str, KeySpec] = {
     "hostDir": KeySpec("host_dir", _parse_abs_path,
-                       "Discovery directory on the host. Required. PV `local.path` = hostDir/<entry>."),
+                       "Discovery directory on the host. Required. PV `local.path` = hostDir/<entry>. "
+                       "Normalised first. Refused: `..` components, `/`, `/dev`, `/var`, `/home` "
+                       "themselves, and anything in a system tree (`/proc`, `/sys`, `/etc`, `/usr`, "
+                       "`/boot`, `/run`, `/var/lib/kubelet`...)."),
     "mountDir": KeySpec("mount_dir", _parse_abs_path,
                         "Where hostDir is mounted inside the agent container. Required (the Helm chart "
-                        "defaults it to hostDir)."),
+                        "defaults it to hostDir). Same rules as hostDir."),
     "blockCleanerCommand": KeySpec("block_cleaner_command", _parse_cleaner,
                                    "Command (argv list) that wipes a block volume; gets LOCAL_PV_BLKDEVICE. "
                                    "Default `[\"/scripts/quick_reset.sh\"]`. An empty list is an error."),
@@ -459,7 +527,20 @@ def _parse_class(name: str, entry: Any, path: str, problems: _Problems) -> Class
             values[spec.field] = spec.parse(entry[key], f"{path}.{key}", problems)
     if len(problems.errors) != before:
         return None
-    return ClassConfig(name=name, **values)
+    cls = ClassConfig(name=name, **values)
+    _warn_device_dir(cls, path, problems)
+    return cls
+
+
+def _warn_device_dir(cls: ClassConfig, path: str, problems: _Problems) -> None:
+    """A directory inside /dev (``/dev/disk/by-id``) lists every disk of the node, the system
+    disk and its partitions too. Upstream accepts it and real configurations use it with a
+    namePattern, so only a class with nothing narrowing it down is warned about."""
+    if cls.host_dir.startswith("/dev/") and cls.name_pattern.spec == "*":
+        problems.warnings.append(
+            f"{path}.hostDir: {cls.host_dir} lists every disk of the node, the system disk too; "
+            "set namePattern to match only the disks meant as volumes"
+        )
 
 
 TOP_LEVEL_KEYS: dict[str, KeySpec] = {
@@ -515,16 +596,26 @@ def parse_config(data: Mapping[str, Any]) -> LoadedConfig:
 
 def _check_shared_dirs(classes: Mapping[str, ClassConfig], problems: _Problems) -> None:
     """Two classes sharing a hostDir is legal upstream but yields one PV per path only
-    because of the duplicate-path guard; say so, since it is usually a mistake."""
-    seen: dict[str, str] = {}
+    because of the duplicate-path guard; one hostDir inside another is seen by the outer class
+    as an entry, offered (and wiped) as one volume once it is a mount point. Say so, since both
+    are usually mistakes. The directories are normalised, so equal means the same spelling."""
+    first: dict[str, str] = {}
     for name, cls in classes.items():
-        if cls.host_dir in seen:
+        if cls.host_dir in first:
             problems.warnings.append(
-                f"storageClassMap.{name}.hostDir: same directory as class {seen[cls.host_dir]}; "
+                f"storageClassMap.{name}.hostDir: same directory as class {first[cls.host_dir]}; "
                 "each volume gets one PV only, from whichever class discovers it first"
             )
         else:
-            seen[cls.host_dir] = name
+            first[cls.host_dir] = name
+    for name, cls in classes.items():
+        for outer_dir, outer in first.items():
+            if cls.host_dir.startswith(outer_dir + "/"):
+                entry = cls.host_dir[len(outer_dir) + 1:].split("/")[0]
+                problems.warnings.append(
+                    f"storageClassMap.{name}.hostDir: inside the hostDir of class {outer} ({outer_dir}); "
+                    f"class {outer} offers {outer_dir}/{entry} as one volume once it is a mount point"
+                )
 
 
 def _load_yaml(text: str, path: str) -> Any:

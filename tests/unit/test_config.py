@@ -244,3 +244,122 @@ def test_arbitrary_input_gives_a_config_or_a_clear_error(data: dict[str, object]
         assert all(": " in p for p in err.problems)
     else:
         assert isinstance(result.config, ProvisionerConfig)
+
+
+# ---------------------------------------------------------------- discovery directories (issue 11, finding 4)
+
+
+def _class_error(host_dir: str, mount_dir: str = "/mnt/disks", **extra: object) -> list[str]:
+    """The problems parse_config reports for one class (empty when it is accepted)."""
+    try:
+        parse_config({"storageClassMap": {"sc": {"hostDir": host_dir, "mountDir": mount_dir, **extra}}})
+    except ConfigError as err:
+        return err.problems
+    return []
+
+
+@pytest.mark.parametrize(
+    ("host_dir", "mount_dir", "message"),
+    [
+        # The finding itself: both spell "/" and passed, because "/" was checked before normalising.
+        ("/.", "/mnt/disks", 'storageClassMap.sc.hostDir: expected a dedicated discovery directory, not "/", '
+                             'got "/." (which is "/")'),
+        ("/mnt/disks", "/tmp/..", 'storageClassMap.sc.mountDir: expected a path without ".." components, '
+                                  'got "/tmp/.."'),
+        ("//", "/mnt/disks", 'storageClassMap.sc.hostDir: expected a dedicated discovery directory, not "/", '
+                             'got "//" (which is "/")'),
+        ("/././/", "/mnt/disks", 'storageClassMap.sc.hostDir: expected a dedicated discovery directory, not "/"'),
+        ("//proc", "/mnt/disks", 'storageClassMap.sc.hostDir: expected a directory outside /proc (a system '
+                                 'directory), got "//proc" (which is "/proc")'),
+        ("/mnt/disks", "/./sys/", 'storageClassMap.sc.mountDir: expected a directory outside /sys'),
+        ("/mnt/../etc", "/mnt/disks", 'storageClassMap.sc.hostDir: expected a path without ".." components'),
+        ("/mnt/disks/..", "/mnt/disks", 'storageClassMap.sc.hostDir: expected a path without ".." components'),
+        ("/mnt/a\0b", "/mnt/disks", 'storageClassMap.sc.hostDir: expected a path without control characters, '
+                                    'got "/mnt/a\\x00b"'),
+        ("/mnt/a\nb", "/mnt/disks", 'storageClassMap.sc.hostDir: expected a path without control characters'),
+        ("mnt/disks", "/mnt/disks", 'storageClassMap.sc.hostDir: expected an absolute path, got "mnt/disks"'),
+        ("./mnt", "/mnt/disks", 'storageClassMap.sc.hostDir: expected an absolute path'),
+    ],
+)
+def test_discovery_dirs_are_normalised_before_any_check(host_dir: str, mount_dir: str, message: str) -> None:
+    problems = _class_error(host_dir, mount_dir)
+    assert any(p.startswith(message) for p in problems), problems
+
+
+SYSTEM_DIRS = [
+    "/proc", "/proc/1/root", "/sys", "/sys/fs/cgroup", "/etc", "/etc/kubernetes", "/usr", "/usr/local/disks",
+    "/bin", "/sbin", "/lib", "/lib64", "/boot", "/boot/efi", "/run", "/run/user", "/var/run/disks",
+    "/var/lib/kubelet", "/var/lib/kubelet/pods", "/var/lib/containerd", "/var/lib/docker/volumes",
+    "/var/lib/containers", "/var/lib/etcd",
+    # Never the directory itself, whose entries are system mounts (/dev/shm, /var/log, /home/<user>).
+    "/dev", "/var", "/var/lib", "/home", "/root",
+]
+
+
+@pytest.mark.parametrize("key", ["hostDir", "mountDir"])
+@pytest.mark.parametrize("path", SYSTEM_DIRS)
+def test_system_directories_are_refused(key: str, path: str) -> None:
+    dirs = {"hostDir": "/mnt/disks", "mountDir": "/mnt/disks", key: path}
+    problems = _class_error(dirs["hostDir"], dirs["mountDir"])
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"storageClassMap.sc.{key}: expected "), problems
+    assert problems[0].endswith(f'got "{path}"'), problems
+
+
+@pytest.mark.parametrize("mode", ["Filesystem", "Block"])
+@pytest.mark.parametrize("path", [
+    "/mnt", "/mnt/disks", "/mnt/fast-disks", "/srv", "/srv/disks", "/var/lib/localpv-disks", "/data",
+    "/tmp/localpv-e2e", "/home/disks", "/opt/local-disks", "/media/disks",
+    # Only whole path components count: these merely share a prefix with a system directory.
+    "/var/lib/kubelet-disks", "/procfs-disks", "/devices", "/etc2", "/runner/disks", "/varlib",
+    # A dedicated directory inside /dev (by-id links, udev-made links), not /dev itself.
+    "/dev/disk/by-id", "/dev/disk/kubernetes",
+])
+def test_dedicated_directories_are_accepted(path: str, mode: str) -> None:
+    assert _class_error(path, path, volumeMode=mode, namePattern="nvme-*") == []
+
+
+def test_the_normalised_paths_are_what_the_config_holds() -> None:
+    cfg = parse_config({"storageClassMap": {"sc": {"hostDir": "//mnt//disks/./", "mountDir": "/disc/"}}}).config
+    cls = cfg.classes["sc"]
+    assert (cls.host_dir, cls.mount_dir) == ("/mnt/disks", "/disc")
+    assert config_to_data(cfg)["storageClassMap"]["sc"]["hostDir"] == "/mnt/disks"
+    assert cls.container_path("/mnt/disks/vol1") == "/disc/vol1"
+
+
+def test_a_device_directory_without_a_name_pattern_warns() -> None:
+    """/dev/disk/by-id lists every disk of the node, the system disk too."""
+    loaded = parse_config({"storageClassMap": {"sc": {"hostDir": "/dev/disk/by-id", "mountDir": "/dev/disk/by-id",
+                                                      "volumeMode": "Block"}}})
+    assert any(w.startswith("storageClassMap.sc.hostDir: ") and "namePattern" in w for w in loaded.warnings), \
+        loaded.warnings
+    picked = parse_config({"storageClassMap": {"sc": {"hostDir": "/dev/disk/by-id", "mountDir": "/dev/disk/by-id",
+                                                      "namePattern": "nvme-Amazon_EC2_NVMe_Instance_Storage_*"}}})
+    assert picked.warnings == ()
+
+
+def test_config_check_refuses_a_root_discovery_dir(tmp_path: Path) -> None:
+    """`localpv config check` exits 2 naming the key, not 0 (the finding's reproduction)."""
+    from click.testing import CliRunner
+
+    from localpv.cli import cli
+
+    (tmp_path / "storageClassMap").write_text("sc:\n  hostDir: /.\n  mountDir: /tmp/..\n")
+    result = CliRunner().invoke(cli, ["config", "check", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "storageClassMap.sc.hostDir: expected a dedicated discovery directory" in result.output
+    assert "storageClassMap.sc.mountDir: expected a path without" in result.output
+
+
+def test_a_host_dir_inside_another_class_host_dir_warns() -> None:
+    loaded = parse_config({"storageClassMap": {"outer": {"hostDir": "/mnt/disks", "mountDir": "/mnt/disks"},
+                                               "inner": {"hostDir": "/mnt/disks/fast/", "mountDir": "/fast"},
+                                               "sibling": {"hostDir": "/mnt/disks-fast", "mountDir": "/x"}}})
+    assert loaded.warnings == ("storageClassMap.inner.hostDir: inside the hostDir of class outer (/mnt/disks); "
+                               "class outer offers /mnt/disks/fast as one volume once it is a mount point",)
+
+
+def test_spellings_of_one_host_dir_are_one_directory() -> None:
+    loaded = parse_config({"storageClassMap": {"a": {"hostDir": "/mnt/disks", "mountDir": "/a"},
+                                               "b": {"hostDir": "/mnt//disks/", "mountDir": "/b"}}})
+    assert any(w.startswith("storageClassMap.b.hostDir: same directory as class a") for w in loaded.warnings)
