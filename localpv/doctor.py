@@ -130,24 +130,34 @@ def check_directory(facts: ClassFacts) -> list[Finding]:
         EntryKind.BLOCK]
     findings = [Finding(OK, subject, f"discovery directory {cls.mount_dir} has {len(facts.entries)} entries, "
                                      f"{usable} usable as {cls.volume_mode} volumes")]
-    for entry in facts.entries:
-        host_path = os.path.join(cls.host_dir, entry.name)
-        if entry.kind is EntryKind.DIRECTORY:
-            findings.append(Finding(ERROR, subject, f"{entry.path} is a plain directory, not a mount point: no PV",
-                                    f"on the node: mount a disk on {host_path}, or `mount --bind {host_path} "
-                                    f"{host_path}` (and add it to /etc/fstab)"))
-        elif entry.kind is EntryKind.BROKEN:
-            findings.append(Finding(ERROR, subject, f"{entry.reason}: no PV",
-                                    "fix or remove the symlink; if it points into /dev, mount the host's /dev "
-                                    "(chart: mountDevVolume: true)"))
-        elif entry.kind is EntryKind.OTHER:
-            findings.append(Finding(ERROR, subject, f"{entry.reason}: no PV",
-                                    f"remove {host_path}: only mount points and block devices are volumes"))
-        elif entry.kind is EntryKind.MOUNTPOINT and cls.volume_mode == "Block":
-            findings.append(Finding(ERROR, subject, f"{entry.path} is a mounted directory in a Block class: no PV",
-                                    "put symlinks to block devices in a Block class's hostDir, or use a "
-                                    "Filesystem class"))
+    findings += [f for f in (_entry_finding(cls, entry) for entry in facts.entries) if f is not None]
     return findings
+
+
+def _entry_finding(cls: ClassConfig, entry: Entry) -> Finding | None:
+    """Why one discovery-directory entry gets no PV, with its fix (None: it is a volume)."""
+    subject = f"class {cls.name}"
+    host_path = os.path.join(cls.host_dir, entry.name)
+    if entry.kind is EntryKind.DIRECTORY:
+        return Finding(ERROR, subject, f"{entry.path} is a plain directory, not a mount point: no PV",
+                       f"on the node: mount a disk on {host_path}, or `mount --bind {host_path} "
+                       f"{host_path}` (and add it to /etc/fstab)")
+    if entry.kind is EntryKind.BROKEN:
+        return Finding(ERROR, subject, f"{entry.reason}: no PV",
+                       "fix or remove the symlink; if it points into /dev, mount the host's /dev "
+                       "(chart: mountDevVolume: true)")
+    if entry.kind is EntryKind.OTHER:
+        return Finding(ERROR, subject, f"{entry.reason}: no PV",
+                       f"remove {host_path}: only mount points and block devices are volumes")
+    if entry.kind is EntryKind.PSEUDOFS:
+        return Finding(ERROR, subject, f"{entry.reason}: no PV",
+                       f"on the node: `umount {host_path}` and mount a disk there: a kernel filesystem "
+                       "is never a volume")
+    if entry.kind is EntryKind.MOUNTPOINT and cls.volume_mode == "Block":
+        return Finding(ERROR, subject, f"{entry.path} is a mounted directory in a Block class: no PV",
+                       "put symlinks to block devices in a Block class's hostDir, or use a "
+                       "Filesystem class")
+    return None
 
 
 def check_propagation(facts: ClassFacts, in_pod: bool) -> list[Finding]:

@@ -17,6 +17,7 @@ more optional fields ended by a lone ``-``.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -25,12 +26,25 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 __all__ = [
+    "PSEUDO_FILESYSTEMS",
+    "FilesystemTypes",
     "MountInfo",
     "MountTableWatcher",
+    "fd_mount_id",
     "mount_points",
     "parse_mountinfo",
     "read_mountinfo",
 ]
+
+#: Filesystem types that show kernel state or are kernel interfaces, never storage. A mount of
+#: one of them is not a volume whatever directory it sits in: offering ``/proc`` or a cgroup
+#: hierarchy as a PV hands the kernel's controls to a tenant, and "cleaning" it means deleting
+#: through them. ``tmpfs`` and ``ramfs`` are absent on purpose: they do hold data.
+PSEUDO_FILESYSTEMS = frozenset({
+    "autofs", "binder", "binfmt_misc", "bpf", "cgroup", "cgroup2", "configfs", "debugfs", "devpts",
+    "devtmpfs", "efivarfs", "fusectl", "hugetlbfs", "mqueue", "nfsd", "nsfs", "proc", "pstore",
+    "resctrl", "rpc_pipefs", "securityfs", "selinuxfs", "smackfs", "sysfs", "tracefs", "xenfs",
+})
 
 PROC_MOUNTINFO = "/proc/self/mountinfo"
 
@@ -136,6 +150,44 @@ def read_mountinfo(path: str = PROC_MOUNTINFO) -> list[MountInfo]:
 def mount_points(path: str = PROC_MOUNTINFO) -> frozenset[str]:
     """The set of mount point paths in a ``mountinfo`` file, for fast membership tests."""
     return frozenset(m.mount_point for m in read_mountinfo(path))
+
+
+def fd_mount_id(fd: int) -> int:
+    """The id of the mount an open descriptor is on (``mnt_id`` in ``/proc/self/fdinfo``).
+
+    A descriptor names one object, so this is the mount of what was opened, not of whatever a
+    path string matches in the table now. Unlike ``st_dev`` it tells apart two mounts of one
+    filesystem (a bind mount).
+    """
+    with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+        for line in f:
+            if line.startswith(b"mnt_id:"):
+                return int(line.split()[1])
+    raise OSError(errno.ENOTSUP, "no mnt_id in /proc/self/fdinfo (kernel older than 3.15)")
+
+
+class FilesystemTypes:
+    """The filesystem type of the mount an open descriptor is on, by mount id.
+
+    The table is read on first use and re-read once when an id is missing (a mount made after
+    the read), so one scan reads it once however many mount points it classifies. The ids are
+    those of this process's mount namespace: always :data:`PROC_MOUNTINFO`, whatever table a
+    caller used for its path set.
+    """
+
+    def __init__(self, path: str = PROC_MOUNTINFO) -> None:
+        self._path = path
+        self._types: dict[int, str] | None = None
+
+    def of_fd(self, fd: int) -> str:
+        """The type of the mount ``fd`` is on; ``OSError`` when it cannot be told."""
+        mount_id = fd_mount_id(fd)
+        for reread in (False, True):
+            if self._types is None or reread:
+                self._types = {m.mount_id: m.fs_type for m in read_mountinfo(self._path)}
+            if mount_id in self._types:
+                return self._types[mount_id]
+        raise OSError(errno.ENOENT, f"mount {mount_id} is not in {self._path}")
 
 
 class MountTableWatcher:

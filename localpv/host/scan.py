@@ -9,13 +9,16 @@ its decisions, which makes it hard to test).
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from localpv.config import normalise_dir, system_directory_refusal
 from localpv.host.block import block_device_size
 from localpv.host.capacity import filesystem_capacity
+from localpv.host.mounts import PSEUDO_FILESYSTEMS, FilesystemTypes
 
 __all__ = ["Entry", "EntryKind", "ScanError", "scan_directory"]
 
@@ -28,6 +31,7 @@ class EntryKind(enum.Enum):
     DIRECTORY = "directory"  # a plain directory: not offered (mount or bind-mount it first)
     OTHER = "other"  # regular file, socket, fifo, character device...: not offered
     BROKEN = "broken"  # stat failed, e.g. a dangling symlink
+    PSEUDOFS = "pseudofs"  # a mount of a kernel filesystem (proc, sysfs, cgroup...): never offered
 
 
 @dataclass(frozen=True)
@@ -64,41 +68,88 @@ class ScanError(Exception):
         self.error = error
 
 
+_PATH_FLAGS = os.O_PATH | os.O_CLOEXEC
+
+
 def scan_directory(mount_dir: str, mount_points: frozenset[str]) -> list[Entry]:
     """Classify every first-level entry of ``mount_dir``, sorted by name.
 
     ``mount_points`` is the mount table as a set of paths (see ``mounts.mount_points``),
-    read by the caller once per pass. A directory is a mount point when its path, or its
-    resolved path, is in that set: the resolved path matters when ``mount_dir`` is reached
-    through a symlink, since the kernel reports the real location. Per-entry failures end
-    up in the entry (BROKEN, or a ``reason``); only an unreadable ``mount_dir`` raises
-    :class:`ScanError`.
+    read by the caller once per pass. A directory is a mount point when its path, or its path
+    under the resolved ``mount_dir``, is in that set: the resolved one matters when
+    ``mount_dir`` is reached through a symlink, since the kernel reports the real location.
+    An entry that is itself a symlink to a mount elsewhere is not a mount point (as upstream):
+    it would hand that other mount to a tenant. A mount of a kernel filesystem is never a
+    volume (:data:`~localpv.host.mounts.PSEUDO_FILESYSTEMS`), told by its mount id.
+
+    Per-entry failures end up in the entry (BROKEN, or a ``reason``); an unreadable
+    ``mount_dir``, or one that resolves to the root or a system directory (which the
+    configuration cannot see: a symlink on the node), raises :class:`ScanError`.
     """
+    real_dir = _resolve_discovery_dir(mount_dir)
     try:
         names = sorted(os.listdir(mount_dir))
     except OSError as e:
         raise ScanError(mount_dir, e) from e
-    return [_classify(name, os.path.join(mount_dir, name), mount_points) for name in names]
+    fs_types = FilesystemTypes()
+    entries = []
+    for name in names:
+        path = os.path.join(mount_dir, name)
+        listed = path in mount_points or os.path.join(real_dir, name) in mount_points
+        entries.append(_classify(name, path, listed, fs_types))
+    return entries
 
 
-def _classify(name: str, path: str, mount_points: frozenset[str]) -> Entry:
-    """Classify one entry, following symlinks as upstream does (a by-id link is a device)."""
+def _resolve_discovery_dir(mount_dir: str) -> str:
+    """Where ``mount_dir`` really is; ScanError when that is the root or a system directory."""
+    real_dir = normalise_dir(os.path.realpath(mount_dir))
+    expected = system_directory_refusal(real_dir)
+    if expected is not None:
+        refusal = OSError(errno.EPERM, f'resolves to "{real_dir}", expected {expected}')
+        raise ScanError(mount_dir, refusal)
+    return real_dir
+
+
+def _classify(name: str, path: str, listed: bool, fs_types: FilesystemTypes) -> Entry:
+    """Classify one entry, following symlinks as upstream does (a by-id link is a device).
+
+    ``listed``: the entry's path is in the mount table. The entry is opened once (``O_PATH``:
+    no I/O, no blocking on a fifo) and everything is read from that one object, so its type,
+    identity and mount cannot come from two different things swapped in between.
+    """
     try:
-        st = os.stat(path)
+        fd = os.open(path, _PATH_FLAGS)
     except OSError as e:
         return Entry(name, path, EntryKind.BROKEN, reason=f'cannot stat "{path}": {e.strerror}')
-    if stat.S_ISBLK(st.st_mode):
-        capacity, reason = _measure(block_device_size, path)
-        return Entry(name, path, EntryKind.BLOCK, capacity, reason, device=st.st_rdev,
-                     ident=f"blk:{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}")
-    if stat.S_ISDIR(st.st_mode):
-        if path in mount_points or os.path.realpath(path) in mount_points:
-            capacity, reason = _measure(filesystem_capacity, path)
-            return Entry(name, path, EntryKind.MOUNTPOINT, capacity, reason, device=st.st_dev,
-                         ident=f"fs:{st.st_dev}:{st.st_ino}")
-        # Upstream's wording; its e2e test greps the log for it.
-        return Entry(name, path, EntryKind.DIRECTORY, reason=f'path "{path}" is not a valid mount point')
-    return Entry(name, path, EntryKind.OTHER, reason=f'path "{path}" is neither a directory nor a block device')
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISBLK(st.st_mode):
+            capacity, reason = _measure(block_device_size, path)
+            return Entry(name, path, EntryKind.BLOCK, capacity, reason, device=st.st_rdev,
+                         ident=f"blk:{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}")
+        if stat.S_ISDIR(st.st_mode):
+            if listed:
+                return _mount_point(name, path, fd, st, fs_types)
+            # Upstream's wording; its e2e test greps the log for it.
+            return Entry(name, path, EntryKind.DIRECTORY, reason=f'path "{path}" is not a valid mount point')
+        return Entry(name, path, EntryKind.OTHER,
+                     reason=f'path "{path}" is neither a directory nor a block device')
+    finally:
+        os.close(fd)
+
+
+def _mount_point(name: str, path: str, fd: int, st: os.stat_result, fs_types: FilesystemTypes) -> Entry:
+    """A mount point: a Filesystem volume, unless it is a kernel filesystem or cannot be told."""
+    try:
+        fs_type = fs_types.of_fd(fd)
+    except OSError as e:
+        return Entry(name, path, EntryKind.BROKEN,
+                     reason=f'cannot tell which filesystem "{path}" is: {e.strerror or e}')
+    if fs_type in PSEUDO_FILESYSTEMS:
+        return Entry(name, path, EntryKind.PSEUDOFS, reason=f'path "{path}" is a {fs_type} filesystem, not a volume')
+    capacity, reason = _measure(filesystem_capacity, path)
+    return Entry(name, path, EntryKind.MOUNTPOINT, capacity, reason, device=st.st_dev,
+                 ident=f"fs:{st.st_dev}:{st.st_ino}")
 
 
 def _measure(measure: Callable[[str], int], path: str) -> tuple[int | None, str | None]:
