@@ -292,7 +292,7 @@ class NodeAgent:
                    for s in (plan_.skipped if plan_ else [])]
         ready, why = self.readiness()
         return {"node": self.options.node_name, "ready": ready, "readiness": why, "passes": self.passes,
-                "volumes": volumes, "skipped": skipped,
+                "journal_recovering": self.journal.recovering, "volumes": volumes, "skipped": skipped,
                 "class_errors": dict(plan_.class_errors) if plan_ else {}}
 
     # ------------------------------------------------------------------ loops

@@ -35,6 +35,9 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
 
 def render_status(doc: dict[str, Any]) -> str:
     lines = [f"node {doc.get('node')}: {'ready' if doc.get('ready') else 'NOT READY'} ({doc.get('readiness', '')})"]
+    if doc.get("journal_recovering"):
+        lines.append("journal: recovering (it did not exist at start): volumes without a PV are cleaned before "
+                     "they are offered")
     rows: list[tuple[str, ...]] = [("PATH", "PV", "PHASE", "CLAIM", "JOURNAL", "CLEANUP", "ELAPSED", "DETAIL")]
     for v in doc.get("volumes") or []:
         cleanup = v.get("cleanup") or ""

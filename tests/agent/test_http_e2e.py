@@ -95,3 +95,9 @@ def test_ready_healthz_and_status(agent_env: AgentEnv, mounter: Mounter, served:
     assert doc["volumes"][0]["phase"] == "Available" and doc["volumes"][0]["journal"] == "offered"
     table = render_status(doc)
     assert "/mnt/disks/good" in table and "Available" in table and "offered" in table
+
+
+def test_status_says_when_the_journal_is_recovering() -> None:
+    doc = {"node": "n1", "ready": True, "readiness": "ok", "volumes": [], "journal_recovering": True}
+    assert "journal: recovering" in render_status(doc)
+    assert "recovering" not in render_status(doc | {"journal_recovering": False})
