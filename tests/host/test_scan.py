@@ -37,9 +37,15 @@ def test_classifies_every_kind_of_entry(tmp_path: Path, mounter: Mounter, loops:
 
     assert [e.name for e in entries] == sorted(os.listdir(disc))
     got = by_name(entries)
-    assert got["mp"] == Entry("mp", str(mp), EntryKind.MOUNTPOINT, 4 * MiB, None, os.stat(mp).st_dev)
-    assert got["bound"] == Entry("bound", str(bound), EntryKind.MOUNTPOINT, 2 * MiB, None, os.stat(backing).st_dev)
-    assert got["blk"] == Entry("blk", str(disc / "blk"), EntryKind.BLOCK, 3 * MiB, None, os.stat(dev.path).st_rdev)
+    mp_st, bound_st, blk_rdev = os.stat(mp), os.stat(bound), os.stat(dev.path).st_rdev
+    assert got["mp"] == Entry("mp", str(mp), EntryKind.MOUNTPOINT, 4 * MiB, None, mp_st.st_dev,
+                              ident=f"fs:{mp_st.st_dev}:{mp_st.st_ino}")
+    # A bind mount is the directory it binds: its identity is the backing directory's.
+    assert got["bound"] == Entry("bound", str(bound), EntryKind.MOUNTPOINT, 2 * MiB, None, os.stat(backing).st_dev,
+                                 ident=f"fs:{bound_st.st_dev}:{bound_st.st_ino}")
+    assert bound_st.st_ino == os.stat(backing / "vol").st_ino
+    assert got["blk"] == Entry("blk", str(disc / "blk"), EntryKind.BLOCK, 3 * MiB, None, blk_rdev,
+                               ident=f"blk:{os.major(blk_rdev)}:{os.minor(blk_rdev)}")
     assert got["plain"].kind is EntryKind.DIRECTORY
     assert got["plain"].reason == f'path "{disc}/plain" is not a valid mount point'
     for name in ("file", "fifo", "chardev"):
