@@ -8,21 +8,32 @@ so the walk must assume a hostile tree:
   directory descriptor with ``O_NOFOLLOW | O_DIRECTORY``, and each opened directory is
   checked to be the inode that ``lstat`` saw, so a symlink swapped in mid-walk cannot
   redirect it outside the volume;
-* it never enters another mount: a directory whose device differs from the root's, or
-  whose mount id differs (a bind mount of the *same* filesystem, e.g. of ``/etc`` into a
-  volume that is itself a directory on the root filesystem), is left untouched and fails
-  the clean with a clear reason: a volume with foreign data inside is never offered;
+* it never enters nor changes another mount: a directory whose device differs from the
+  root's, or whose mount id differs (a bind mount of the *same* filesystem, e.g. of ``/etc``
+  into a volume that is itself a directory on the root filesystem), is left untouched - not
+  even the mode bit that makes a directory removable is set before both are checked - and
+  fails the clean with a clear reason: a volume with foreign data inside is never offered.
+  A single file mounted over an entry cannot be unlinked (the kernel answers ``EBUSY``) and
+  is reported as the mount it is;
 * it is iterative and holds one directory descriptor at a time (it climbs back with
   ``..`` and checks it lands on the directory it came from), so a 5,000-level tree needs
   neither deep recursion nor thousands of descriptors.
 
 Hidden files and ``lost+found`` are removed like everything else, as upstream does.
-The truth is checked at the end: the clean succeeds only if the root is empty.
+The truth is checked at the end, on the directory that was cleaned (its descriptor, not
+its path, which a mount stacked on it meanwhile would answer for): the clean succeeds
+only if the root is empty.
+
+A volume is a mount point: a plain directory where a volume should be means its disk is
+not mounted, and its contents belong to the filesystem underneath (often the host's root
+disk). :func:`clean_directory` refuses one unless told otherwise; :func:`mount_point_problem`
+and :func:`directly_inside` let callers refuse a path before they start.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import time
@@ -35,12 +46,20 @@ __all__ = [
     "DirtyVolumeError",
     "UnsafePathError",
     "clean_directory",
+    "directly_inside",
+    "file_kind",
     "is_within",
+    "mount_point_problem",
     "verify_empty",
 ]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ANY_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Reopening an O_PATH descriptor through /proc/self/fd: that magic link is the very
+#: directory (mount and inode) already checked, so no name is looked up again.
+_REOPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_EXPECT_MOUNT_POINT = "expected a mount point (a mounted volume), found"
 _OWNER_RWX = stat.S_IRWXU
 _MAX_PROBLEMS = 100  # kept for the error message; a pathological tree can produce millions
 _DEFAULT_LIST_LIMIT = 10
@@ -103,12 +122,78 @@ def is_within(path: str, base: str) -> bool:
     return real_path != real_base and os.path.commonpath([real_path, real_base]) == real_base
 
 
+def directly_inside(path: str, base: str) -> bool:
+    """True if the directory ``path`` is an entry of ``base`` itself: the same inode, not the same string.
+
+    Volumes are the entries of a discovery directory, never deeper: ``base/vol`` is inside,
+    ``base/vol/deeper``, ``base-evil/vol``, ``base/vol/..`` and ``base/link-elsewhere/vol``
+    are not. The parent is the kernel's (``path/..``, which for a mount point is the
+    directory it is mounted on), never a string operation: ``base/link/../vol`` is where the
+    kernel finds it, not ``base/vol``. False when either cannot be reached, or ``path`` is
+    not a directory (nor a symlink to one inside ``base``).
+    """
+    try:
+        return _ident(os.stat(os.path.join(path, ".."))) == _ident(os.stat(base))
+    except OSError:
+        return False
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` is, with its article, for "expected ..., found <kind>" messages."""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"), (stat.S_ISLNK, "a symlink"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISCHR, "a character device"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "an unknown kind of file")
+
+
+def mount_point_problem(path: str) -> str | None:
+    """Why ``path`` is not a mounted volume ("expected ..., found ..."), or None if it is one.
+
+    A mount point is decided by mount ids (``path`` and its ``..`` are on different mounts),
+    so a directory bind-mounted onto itself counts and a plain directory of any filesystem
+    does not, whatever the mount table's strings say. ``path`` itself must not be a symlink:
+    a volume is cleaned where it is, never through a link.
+    """
+    try:
+        lst = os.lstat(path)
+    except OSError as e:
+        return f"{_EXPECT_MOUNT_POINT} nothing there ({e.strerror})"
+    if not stat.S_ISDIR(lst.st_mode):
+        return f"{_EXPECT_MOUNT_POINT} {file_kind(lst.st_mode)}"
+    if os.path.realpath(path) == "/":
+        return f"{_EXPECT_MOUNT_POINT} the root directory"
+    try:
+        fd = os.open(path, _PATH_FLAGS)
+    except OSError as e:
+        return f"{_EXPECT_MOUNT_POINT} a directory that cannot be opened ({e.strerror})"
+    try:
+        if _ident(os.fstat(fd)) != _ident(lst):
+            return f"{_EXPECT_MOUNT_POINT} a directory replaced while it was checked"
+        if not _is_mount_root(fd):
+            return f"{_EXPECT_MOUNT_POINT} a plain directory on the same mount as its parent"
+    except OSError as e:
+        return f"{_EXPECT_MOUNT_POINT} a directory whose mount cannot be told ({e.strerror or e}; is /proc mounted?)"
+    finally:
+        os.close(fd)
+    return None
+
+
 def verify_empty(root: str, limit: int = _DEFAULT_LIST_LIMIT) -> None:
     """Raise :class:`DirtyVolumeError` listing up to ``limit`` entries if ``root`` is not empty."""
-    _raise_if_dirty(root, limit, ())
+    fd = _open_root(root, require_mount_point=False)[0]
+    try:
+        names = os.listdir(fd)
+    finally:
+        os.close(fd)
+    _raise_if_dirty(root, names, limit, ())
 
 
-def clean_directory(root: str, *, should_stop: Callable[[], str | None] | None = None) -> CleanReport:
+def clean_directory(
+    root: str,
+    *,
+    should_stop: Callable[[], str | None] | None = None,
+    require_mount_point: bool = True,
+) -> CleanReport:
     """Remove everything inside ``root``, keep ``root``, and check it is empty.
 
     ``should_stop`` is asked every few hundred entries; when it returns a reason (the
@@ -116,24 +201,20 @@ def clean_directory(root: str, *, should_stop: Callable[[], str | None] | None =
     leaving the volume partly cleaned - and so still not offered.
 
     Raises :class:`UnsafePathError` before touching anything if ``root`` is ``/``, not a
-    directory, or a symlink, and during the walk if a directory it climbs back into is not
-    the one it left (something moved directories under it). Raises
-    :class:`DirtyVolumeError` if entries remain, with the reasons, e.g. ``filesystem
-    mounted at X inside the volume; unmount it``.
+    directory, a symlink, or (unless ``require_mount_point`` is False) not a mount point,
+    decided on the very directory it then cleans; and during the walk if a directory it
+    climbs back into is not the one it left (something moved directories under it).
+    Raises :class:`DirtyVolumeError` if entries remain, with the reasons, e.g.
+    ``filesystem mounted at X inside the volume; unmount it``.
     """
     started = time.monotonic()
-    walk = _Walk(root, should_stop=should_stop)
+    walk = _Walk(root, should_stop=should_stop, require_mount_point=require_mount_point)
     walk.run()
-    _raise_if_dirty(root, _DEFAULT_LIST_LIMIT, walk.problems)
+    _raise_if_dirty(root, walk.remaining, _DEFAULT_LIST_LIMIT, walk.problems)
     return CleanReport(root, walk.files, walk.dirs, walk.bytes_freed, time.monotonic() - started)
 
 
-def _raise_if_dirty(root: str, limit: int, problems: Sequence[str]) -> None:
-    fd = _open_root(root)[0]
-    try:
-        names = os.listdir(fd)
-    finally:
-        os.close(fd)
+def _raise_if_dirty(root: str, names: Sequence[str], limit: int, problems: Sequence[str]) -> None:
     if names:
         raise DirtyVolumeError(root, sorted(names)[:limit], len(names), problems)
 
@@ -142,7 +223,7 @@ def _ident(st: os.stat_result) -> _Ident:
     return st.st_dev, st.st_ino
 
 
-def _open_root(root: str) -> tuple[int, os.stat_result]:
+def _open_root(root: str, *, require_mount_point: bool) -> tuple[int, os.stat_result]:
     """Open the volume root without following a symlink, after the refusals."""
     if os.path.realpath(root) == "/":
         raise UnsafePathError(f'refusing to clean "{root}": it is the root directory')
@@ -158,17 +239,32 @@ def _open_root(root: str) -> tuple[int, os.stat_result]:
         fd = os.open(root, _DIR_FLAGS)
     except OSError as e:
         raise UnsafePathError(f'cannot open "{root}": {e.strerror}') from e
-    st = os.fstat(fd)
-    if _ident(st) != _ident(lst):
+    try:
+        st = os.fstat(fd)
+        if _ident(st) != _ident(lst):
+            raise UnsafePathError(f'"{root}" was replaced while opening it')
+        if require_mount_point and not _is_mount_root(fd):
+            raise UnsafePathError(
+                f'refusing to clean "{root}": not a mount point (nothing is mounted there, so the directory '
+                "belongs to the filesystem underneath: is the volume's disk unmounted?)")
+    except OSError as e:
         os.close(fd)
-        raise UnsafePathError(f'"{root}" was replaced while opening it')
+        raise _unknown_mount(root, e) from e
+    except BaseException:
+        os.close(fd)
+        raise
     return fd, st
+
+
+def _unknown_mount(root: str, error: OSError) -> CleanError:
+    return CleanError(f"cannot tell which mount {root} is (is /proc mounted?): {error}")
 
 
 def _mount_id(fd: int) -> int:
     """The id of the mount an open descriptor belongs to (``mnt_id`` in ``/proc/self/fdinfo``).
 
     Unlike ``st_dev`` it tells apart two mounts of the same filesystem, i.e. a bind mount.
+    Works for ``O_PATH`` descriptors too, which can be had without touching the file.
     """
     with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
         for line in f:
@@ -177,24 +273,32 @@ def _mount_id(fd: int) -> int:
     raise OSError(f"no mnt_id in /proc/self/fdinfo/{fd}")
 
 
+def _is_mount_root(fd: int) -> bool:
+    """True if the directory open as ``fd`` is the root of a mount: its ``..`` is on another one.
+
+    (``..`` of a mount's root is looked up in the mount it is mounted on; of ``/``, in ``/``.)
+    """
+    parent = os.open("..", _PATH_FLAGS, dir_fd=fd)
+    try:
+        return _mount_id(fd) != _mount_id(parent)
+    finally:
+        os.close(parent)
+
+
 def _foreign_mount(path: str) -> str:
     return f"filesystem mounted at {path} inside the volume; unmount it"
 
 
-def _grant_owner_access(dir_fd: int, name: str, st: os.stat_result) -> None:
+def _grant_owner_access(path_fd: int, st: os.stat_result) -> None:
     """Add ``u+rwx`` to a directory so it can be listed and emptied without root's capabilities.
 
-    Through an ``O_PATH`` descriptor (chmod via ``/proc/self/fd``), never by name, so a
-    symlink swapped in cannot redirect the chmod. Failures are ignored here: if access is
-    still missing, opening or emptying the directory fails and that failure is reported.
+    ``path_fd`` is an ``O_PATH`` descriptor the caller has already checked is the directory
+    it means, on the volume's mount; the chmod goes through ``/proc/self/fd``, never by name,
+    so nothing swapped in or mounted meanwhile can receive it. Failures are ignored here: if
+    access is still missing, opening or emptying the directory fails and that is reported.
     """
     with contextlib.suppress(OSError):
-        fd = os.open(name, _PATH_FLAGS, dir_fd=dir_fd)
-        try:
-            if _ident(os.fstat(fd)) == _ident(st):
-                os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) | _OWNER_RWX)
-        finally:
-            os.close(fd)
+        os.chmod(f"/proc/self/fd/{path_fd}", stat.S_IMODE(st.st_mode) | _OWNER_RWX)
 
 
 @dataclass
@@ -224,16 +328,20 @@ class _Walk:
     _root_mount: int = 0
     #: Checked between entries; returns why to stop (cancelled, timed out) or None.
     should_stop: Callable[[], str | None] | None = None
+    require_mount_point: bool = True
+    #: What the root holds once the walk is over, listed through its descriptor.
+    remaining: list[str] = field(default_factory=list)
 
     def run(self) -> None:
-        self._fd, st = _open_root(self.root)
+        self._fd, st = _open_root(self.root, require_mount_point=self.require_mount_point)
         try:
             try:
                 self._root_dev, self._root_mount = st.st_dev, _mount_id(self._fd)
             except OSError as e:
-                raise CleanError(f"cannot tell which mount {self.root} is (is /proc mounted?): {e}") from e
+                raise _unknown_mount(self.root, e) from e
             self._stack.append(_Frame("", _ident(st), 0, os.listdir(self._fd)))
             self._loop()
+            self.remaining = os.listdir(self._fd)  # back at the root: _climb checked each step up
         finally:
             os.close(self._fd)
 
@@ -283,42 +391,88 @@ class _Walk:
             self._unlink(name, st)
 
     def _unlink(self, name: str, st: os.stat_result) -> None:
+        """Remove a non-directory. One that is a mount point (a file bind-mounted over it, of
+        the same filesystem, so ``st_dev`` did not tell) is refused by the kernel with ``EBUSY``
+        and nothing changes; it is reported as the mount it is."""
         try:
             os.unlink(name, dir_fd=self._fd)
         except FileNotFoundError:
             return
         except OSError as e:
-            self._problem(f'cannot remove "{self._path(name)}": {e.strerror}')
+            self._removal_failed(name, e, "cannot remove")
             return
         self.files += 1
         if st.st_nlink <= 1:
             self.bytes_freed += st.st_blocks * 512
 
     def _enter(self, name: str, st: os.stat_result) -> None:
-        """Open a sub-directory (checking it is what lstat saw, on our mount) and make it current."""
-        if st.st_mode & _OWNER_RWX != _OWNER_RWX:
-            _grant_owner_access(self._fd, name, st)
+        """Make a sub-directory current, once it is proven to be what lstat saw, on our mount.
+
+        The proof is made on an ``O_PATH`` descriptor, which touches nothing, before anything
+        changes: the chmod that makes a locked directory removable must never reach a
+        directory of another mount. The directory is then opened through that descriptor,
+        so the one checked is the one entered.
+        """
         try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=self._fd)
+            path_fd = os.open(name, _PATH_FLAGS, dir_fd=self._fd)
         except FileNotFoundError:
             return
         except OSError as e:
             self._problem(f'cannot open directory "{self._path(name)}": {e.strerror}')
             return
         try:
-            if _ident(os.fstat(fd)) != _ident(st):
-                self._problem(f'"{self._path(name)}" was replaced during cleaning')
-            elif _mount_id(fd) != self._root_mount:
-                self._problem(_foreign_mount(self._path(name)))
-            else:
-                frame = _Frame(name, _ident(st), st.st_blocks, os.listdir(fd))
-                os.close(self._fd)
-                self._fd = fd
-                self._stack.append(frame)
-                return
+            fd = self._open_if_ours(name, path_fd, st)
+        finally:
+            os.close(path_fd)
+        if fd is None:
+            return
+        try:
+            frame = _Frame(name, _ident(st), st.st_blocks, os.listdir(fd))
         except OSError as e:
+            os.close(fd)
             self._problem(f'cannot read directory "{self._path(name)}": {e.strerror or e}')
-        os.close(fd)
+            return
+        os.close(self._fd)
+        self._fd = fd
+        self._stack.append(frame)
+
+    def _open_if_ours(self, name: str, path_fd: int, st: os.stat_result) -> int | None:
+        """Check ``path_fd`` is the inode ``st`` describes on the volume's mount; grant the owner
+        access if it lacks it; return a readable descriptor of it, or None with the problem noted."""
+        try:
+            current = os.fstat(path_fd)
+            if _ident(current) != _ident(st):
+                self._problem(f'"{self._path(name)}" was replaced during cleaning')
+                return None
+            if _mount_id(path_fd) != self._root_mount:
+                self._problem(_foreign_mount(self._path(name)))
+                return None
+            if current.st_mode & _OWNER_RWX != _OWNER_RWX:
+                _grant_owner_access(path_fd, current)
+            return os.open(f"/proc/self/fd/{path_fd}", _REOPEN_FLAGS)
+        except OSError as e:
+            self._problem(f'cannot open directory "{self._path(name)}": {e.strerror or e}')
+            return None
+
+    def _on_another_mount(self, name: str) -> bool:
+        """True if ``name`` in the current directory is a mount point (of anything but our mount)."""
+        try:
+            fd = os.open(name, _ANY_PATH_FLAGS, dir_fd=self._fd)
+        except OSError:
+            return False
+        try:
+            return _mount_id(fd) != self._root_mount
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+    def _removal_failed(self, name: str, error: OSError, what: str) -> None:
+        """Record why ``name`` could not be removed; ``EBUSY`` on a mount point names the mount."""
+        if error.errno == errno.EBUSY and self._on_another_mount(name):
+            self._problem(_foreign_mount(self._path(name)))
+        else:
+            self._problem(f'{what} "{self._path(name)}": {error.strerror}')
 
     def _climb(self, parent: _Frame) -> None:
         """Go back up through ``..`` and check it is the directory we came down from."""
@@ -338,7 +492,7 @@ class _Walk:
         except FileNotFoundError:
             return
         except OSError as e:
-            self._problem(f'cannot remove directory "{self._path(frame.name)}": {e.strerror}')
+            self._removal_failed(frame.name, e, "cannot remove directory")
             return
         self.dirs += 1
         self.bytes_freed += frame.blocks * 512

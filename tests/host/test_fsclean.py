@@ -226,11 +226,13 @@ def test_verify_empty_lists_what_remains(tmp_path: Path) -> None:
 
 @pytest.fixture
 def nobody_volume() -> Iterator[Path]:
-    """A tree owned by 'nobody' somewhere that user can reach (pytest's temp dir is 0700)."""
+    """A volume (a tmpfs) somewhere 'nobody' can reach (pytest's temp dir is 0700)."""
     root = Path(tempfile.mkdtemp(prefix="localpv-nobody-", dir="/tmp"))
+    mounter = Mounter()
     try:
-        yield root
+        yield mounter.tmpfs(root)
     finally:
+        mounter.umount_all()
         shutil.rmtree(root)
 
 

@@ -1,0 +1,137 @@
+"""Nothing outside a volume changes while it is cleaned, not even a mode bit (issue 11, finding 5).
+
+Every mutation of the walk (chmod, unlink, rmdir) is tried against something that belongs
+to another mount but looks like part of the volume: a bind mount of the *same* filesystem
+(``st_dev`` cannot tell it apart), of a directory and of a single file, and a mount stacked
+on the volume's root while it is being cleaned. All on real tmpfs and bind mounts.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from localpv.host.fsclean import DirtyVolumeError, UnsafePathError, clean_directory
+
+from .conftest import MiB, Mounter
+
+pytestmark = pytest.mark.root
+
+
+def mode_of(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def shared_filesystem_volume(tmpfs: Path, tmp_path: Path, mounter: Mounter) -> Path:
+    """A volume that is a directory of a filesystem shared with things outside it
+    (``tmpfs/vol`` bind-mounted on ``tmp_path/vol``), as a volume on the root disk is."""
+    (tmpfs / "vol").mkdir()
+    return mounter.bind(tmpfs / "vol", tmp_path / "vol")
+
+
+@pytest.mark.parametrize("outside_mode", [0o500, 0o000, 0o100, 0o555])
+def test_outside_directory_bind_mounted_inside_keeps_its_mode(
+    tmpfs: Path, tmp_path: Path, mounter: Mounter, outside_mode: int
+) -> None:
+    """The chmod that makes a directory removable must never reach another mount."""
+    outside = tmpfs / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "sub" / "precious").write_text("keep")
+    outside.chmod(outside_mode)
+    vol = shared_filesystem_volume(tmpfs, tmp_path, mounter)
+    (vol / "a").mkdir()
+    inner = mounter.bind(outside, vol / "a" / "x")
+    with pytest.raises(DirtyVolumeError, match=f"filesystem mounted at {inner} inside the volume"):
+        clean_directory(str(vol))
+    assert mode_of(outside) == outside_mode, "a mode bit outside the volume changed"
+    assert mode_of(outside / "sub") == 0o755
+    assert (outside / "sub" / "precious").read_text() == "keep"
+
+
+def test_outside_directory_bind_mounted_below_a_locked_directory(
+    tmpfs: Path, tmp_path: Path, mounter: Mounter
+) -> None:
+    """A directory of the volume that must be opened up (0500) on the way down to the mount:
+    that chmod is inside the volume and fine; the mount below it is left as it is."""
+    outside = tmpfs / "outside"
+    outside.mkdir(mode=0o500)
+    vol = shared_filesystem_volume(tmpfs, tmp_path, mounter)
+    (vol / "locked" / "x").mkdir(parents=True)
+    mounter.bind(outside, vol / "locked" / "x")
+    (vol / "locked").chmod(0o500)
+    with pytest.raises(DirtyVolumeError, match="inside the volume; unmount it"):
+        clean_directory(str(vol))
+    assert mode_of(outside) == 0o500
+
+
+def test_same_filesystem_file_bind_mounted_inside_is_named_and_untouched(
+    tmpfs: Path, tmp_path: Path, mounter: Mounter
+) -> None:
+    """A single file of the same filesystem bind-mounted over a file of the volume: ``st_dev``
+    is the volume's, so only the mount id tells; it is reported as the mount it is."""
+    precious = tmpfs / "precious"
+    precious.write_text("keep")
+    precious.chmod(0o400)
+    vol = shared_filesystem_volume(tmpfs, tmp_path, mounter)
+    (vol / "d").mkdir()
+    (vol / "d" / "f").write_text("tenant")
+    (vol / "d" / "other").write_text("tenant")
+    inner = mounter.bind(precious, vol / "d" / "f")
+    with pytest.raises(DirtyVolumeError, match=f"filesystem mounted at {inner} inside the volume; unmount it"):
+        clean_directory(str(vol))
+    assert precious.read_text() == "keep"
+    assert mode_of(precious) == 0o400
+    assert os.listdir(vol / "d") == ["f"], "the rest of the volume is still cleaned"
+
+
+def test_a_mount_stacked_on_the_root_mid_clean_does_not_pass_for_clean(tmpfs: Path, mounter: Mounter) -> None:
+    """The final emptiness check looks at the directory that was cleaned (by descriptor), not
+    at whatever the path names by then: an empty mount stacked on the root must not hide a
+    foreign mount left inside the volume."""
+    (tmpfs / "a" / "m").mkdir(parents=True)
+    mounter.tmpfs(tmpfs / "a" / "m", size=MiB)
+    for i in range(600):
+        (tmpfs / f"f{i}").write_text("x")
+    stacked: list[Path] = []
+
+    def stack_a_mount_on_the_root() -> str | None:
+        if not stacked:
+            stacked.append(mounter.tmpfs(tmpfs, size=MiB))
+        return None
+
+    with pytest.raises(DirtyVolumeError, match="inside the volume; unmount it") as exc:
+        clean_directory(str(tmpfs), should_stop=stack_a_mount_on_the_root)
+    assert stacked, "the mount was stacked during the walk"
+    assert exc.value.remaining == ("a",)
+
+
+def test_a_plain_directory_is_not_cleaned(tmp_path: Path) -> None:
+    """Nothing mounted there: the directory belongs to the filesystem underneath (the disk
+    was unmounted, or the path is wrong). Refused before anything is touched."""
+    plain = tmp_path / "plain"
+    (plain / "d").mkdir(parents=True)
+    (plain / "d" / "f").write_text("host data")
+    with pytest.raises(UnsafePathError, match="not a mount point"):
+        clean_directory(str(plain))
+    assert (plain / "d" / "f").read_text() == "host data"
+
+
+def test_a_directory_bind_mounted_onto_itself_is_a_mount_point(tmp_path: Path, mounter: Mounter) -> None:
+    """Upstream's recipe for a volume on a shared disk (``mount --bind d d``) is accepted."""
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    (d / "sub" / "f").write_text("x")
+    mounter.bind(d, d)
+    clean_directory(str(d))
+    assert os.listdir(d) == []
+
+
+def test_a_plain_directory_can_be_cleaned_when_the_caller_says_so(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    (plain / "d").mkdir(parents=True)
+    (plain / "d" / "f").write_text("x")
+    clean_directory(str(plain), require_mount_point=False)
+    assert os.listdir(plain) == []
