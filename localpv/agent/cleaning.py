@@ -4,20 +4,26 @@ Both return a :class:`~localpv.agent.proctable.CleanOutcome` and succeed only wh
 volume is verified clean: the filesystem walk checks the root is empty at the end; a
 block cleaner must exit 0 (the shipped scripts check their own work, e.g. ``dd_zero.sh``
 requires the device to have been written to its end).
+
+Both first refuse what is not a volume, with the reason, so the cleanup fails and is
+retried later instead of wiping somebody else's data: a filesystem volume must be a mount
+point directly inside its discovery directory (a plain directory there means the disk is
+unmounted and the directory is the host's), a block volume a block device nothing uses.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from localpv.agent.proctable import CleanFn, CleanOutcome
-from localpv.host.cleaner import ProcessRecords, run_cleaner
-from localpv.host.fsclean import CleanError, clean_directory, is_within
+from localpv.host.cleaner import ProcessRecords, block_device_problem, run_cleaner
+from localpv.host.fsclean import CleanError, clean_directory, directly_inside, file_kind
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +47,46 @@ def resolve_command(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-def filesystem_cleaner(container_path: str, mount_dir: str, *, timeout: float | None = None) -> CleanFn:
+def discovery_dir_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a discovery directory ("expected ..., found ..."), or None."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"expected a directory, found nothing there ({e.strerror})"
+    return None if stat.S_ISDIR(st.st_mode) else f"expected a directory, found {file_kind(st.st_mode)}"
+
+
+def home_discovery_dir(path: str, discovery_dirs: Sequence[str]) -> str | None:
+    """The one of ``discovery_dirs`` that ``path`` is an entry of (compared as directories), or None."""
+    return next((d for d in discovery_dirs if directly_inside(path, d)), None)
+
+
+def not_an_entry_problem(path: str, discovery_dirs: Sequence[str]) -> str:
+    """What to say when ``path`` is an entry of none of ``discovery_dirs``."""
+    return (f"expected a directory directly inside {' or '.join(discovery_dirs)}, "
+            f"found one inside {os.path.dirname(os.path.abspath(path))}")
+
+
+def filesystem_cleaner(
+    container_path: str,
+    mount_dir: str | None,
+    *,
+    timeout: float | None = None,
+    require_mount_point: bool = True,
+) -> CleanFn:
     """Remove everything inside a mounted volume (never following links or crossing mounts),
-    giving up when cancelled or after ``timeout`` seconds."""
+    giving up when cancelled or after ``timeout`` seconds.
+
+    Refuses a path that is not an entry of ``mount_dir`` (compared as directories, not
+    strings) or, unless ``require_mount_point`` is False, that is not a mount point.
+    ``mount_dir`` None skips the first check: for a person who said so explicitly
+    (``localpv cleanup --unsafe-any-directory``), never for the agent.
+    """
 
     def clean(cancel: threading.Event) -> CleanOutcome:
-        if not is_within(container_path, mount_dir):
-            return CleanOutcome(False, f"refusing to clean {container_path}: not inside {mount_dir}")
+        if mount_dir is not None and not directly_inside(container_path, mount_dir):
+            problem = not_an_entry_problem(container_path, [mount_dir])
+            return CleanOutcome(False, f"refusing to clean {container_path}: {problem}")
         deadline = time.monotonic() + timeout if timeout is not None else None
 
         def should_stop() -> str | None:
@@ -58,7 +97,8 @@ def filesystem_cleaner(container_path: str, mount_dir: str, *, timeout: float | 
             return None
 
         try:
-            report = clean_directory(container_path, should_stop=should_stop)
+            report = clean_directory(container_path, should_stop=should_stop,
+                                     require_mount_point=require_mount_point)
         except CleanError as err:
             return CleanOutcome(False, str(err))
         except OSError as err:
@@ -80,12 +120,18 @@ def block_cleaner(
 ) -> CleanFn:
     """Run the class's ``blockCleanerCommand`` with ``LOCAL_PV_BLKDEVICE`` set.
 
-    With ``records``, the running process group is recorded under ``key`` so that a
-    restarted agent can kill it (it must never write on after a newer clean finished).
+    The command is not started unless ``device_path`` is a block device that nothing uses
+    (see :func:`~localpv.host.cleaner.block_device_problem`). With ``records``, the running
+    process group is recorded under ``key`` so that a restarted agent can kill it (it must
+    never write on after a newer clean finished).
     """
     argv = resolve_command(command)
 
     def clean(cancel: threading.Event) -> CleanOutcome:
+        problem = block_device_problem(device_path)
+        if problem is not None:
+            return CleanOutcome(False, f"refusing to clean {device_path}: {problem}")
+
         def line(text: str) -> None:
             log.info("cleaner %s: %s", device_path, text)
             if on_line is not None:

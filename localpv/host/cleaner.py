@@ -11,22 +11,29 @@ command exits, before it is reaped, so its process-group id cannot be recycled w
 still signal it) are watched together. A cancel flag is a ``threading.Event``, which has
 no descriptor, so while one is given the poll wakes every ``CANCEL_CHECK_INTERVAL``
 seconds to look at it. Requires Linux 5.3+ (``pidfd_open``).
+
+Before any of that, :func:`block_device_problem` says whether a path may be wiped at all:
+only a block device that nothing else uses.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import os
 import select
 import signal
+import stat
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["CANCEL_CHECK_INTERVAL", "CleanerResult", "ProcessRecords", "run_cleaner"]
+from localpv.host.fsclean import file_kind
+
+__all__ = ["CANCEL_CHECK_INTERVAL", "CleanerResult", "ProcessRecords", "block_device_problem", "run_cleaner"]
 
 CANCEL_CHECK_INTERVAL = 0.1
 _READ_SIZE = 65536
@@ -55,6 +62,36 @@ class CleanerResult:
     def succeeded(self) -> bool:
         """True only for a command that ran to completion and exited 0."""
         return self.exit_code == 0 and not (self.timed_out or self.cancelled) and self.error is None
+
+
+def block_device_problem(path: str) -> str | None:
+    """Why ``path`` must not be given to a block cleaner ("expected ..., found ..."), or None.
+
+    It must be a block device (symlinks followed: block volumes are links into ``/dev``) that
+    nothing uses. "In use" is the kernel's own answer: an exclusive open (``O_EXCL``) fails
+    with ``EBUSY`` while the device is mounted, holds a mounted partition, or is claimed by
+    device-mapper, md RAID or swap - the system disk always is. The check is a snapshot (the
+    device is not held, since cleaners such as ``blkdiscard`` open it exclusively themselves).
+    """
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"expected a block device, found nothing there ({e.strerror})"
+    if not stat.S_ISBLK(st.st_mode):
+        return f"expected a block device, found {file_kind(st.st_mode)}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_EXCL | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.EBUSY:
+            return ("expected a block device that nothing uses, found it busy (mounted, holding a mounted "
+                    "partition, or claimed by device-mapper, RAID or swap)")
+        return f"expected a block device that can be opened, found: {e.strerror}"
+    try:
+        if os.fstat(fd).st_rdev != st.st_rdev:
+            return "expected a block device, found it replaced while it was checked"
+    finally:
+        os.close(fd)
+    return None
 
 
 def run_cleaner(
