@@ -68,8 +68,10 @@ def build_cleanup_job(
         volumes.append({"name": "dev", "hostPath": {"path": "/dev"}})
     else:
         # Upstream's fsclean.sh would work too; our own cleaner does not follow symlinks
-        # nor cross mounts, and verifies the directory is empty before exiting 0.
-        command = ["localpv", "cleanup", "--dir", cleanup.container_path]
+        # nor cross mounts, and verifies the directory is empty before exiting 0. It also
+        # refuses a path that is not a mount point directly inside the class's mountDir
+        # (an unmounted disk leaves the host's directory there).
+        command = ["localpv", "cleanup", "--dir", cleanup.container_path, "--discovery-dir", cls.mount_dir]
         env = [{"name": "LOCAL_PV_FILESYSTEM", "value": cleanup.container_path}]
     labels = {HOSTNAME_LABEL_KEY: node_name, "pv": cleanup.pv_name}
     if pv_uid:

@@ -92,7 +92,7 @@ def test_cleanup_dir_reports_failure_with_exit_1(tmp_path: Path, mounter: Mounte
     vol = mounter.tmpfs(tmp_path / "vol")
     (vol / "a").write_text("x")
     mounter.tmpfs(vol / "nested")
-    proc = localpv("cleanup", "--dir", str(vol))
+    proc = localpv("cleanup", "--dir", str(vol), "--discovery-dir", str(tmp_path))
     assert proc.returncode == 1
     assert "NOT clean" in proc.stderr and "nested" in proc.stderr
     assert not (vol / "a").exists()
