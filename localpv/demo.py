@@ -122,7 +122,10 @@ class Demo:
             mount_table = self.make_volumes()
             config = parse_config({"storageClassMap": {CLASS: {"hostDir": HOST_DIR, "mountDir": str(self.discovery)}}})
             api = KubeApi(server.api_client())
+            # Simulated volumes are plain directories: the cleaner must accept them (an
+            # agent never does; for it a volume that is not a mount point is unmounted).
             options = AgentOptions(node_name=NODE, discovery_period=2.0, watch_host=self.real_mounts,
+                                   require_mount_point=self.real_mounts,
                                    retry_backoff=Backoff(initial=0.5, maximum=2.0, attempts=1_000_000))
             # The demo made these volumes itself a moment ago: they are known to be new and
             # empty, so it starts a journal with nothing to recover (an agent never does).

@@ -70,6 +70,7 @@ class Executor:
         state_dir: str | None,
         config: Callable[[], ProvisionerConfig],
         trigger: Callable[[str], None],
+        require_mount_point: bool = True,
     ) -> None:
         self.api = api
         self.node = node
@@ -85,6 +86,7 @@ class Executor:
         self.state_dir = state_dir
         self.config = config
         self.trigger = trigger
+        self.require_mount_point = require_mount_point
         #: PV names that belong to another volume (hash collisions), with a description.
         self.collisions: dict[str, str] = {}
         self._first_seen: dict[str, float] = {}
@@ -164,7 +166,8 @@ class Executor:
                                on_line=lambda line: self.procs.set_progress(cleanup.pv_name, line),
                                records=self.cleaner_records, key=cleanup.pv_name)
         else:
-            fn = filesystem_cleaner(cleanup.container_path, cleanup.cls.mount_dir, timeout=config.cleanup_timeout)
+            fn = filesystem_cleaner(cleanup.container_path, cleanup.cls.mount_dir, timeout=config.cleanup_timeout,
+                                    require_mount_point=self.require_mount_point)
         if self.procs.start(cleanup.pv_name, fn, pv_uid=uid):
             log.info("cleaning %s (%s, %s)", cleanup.host_path, "block" if cleanup.block else "filesystem",
                      cleanup.reason)

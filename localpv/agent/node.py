@@ -69,6 +69,8 @@ class AgentOptions:
     retry_backoff: Backoff = DEFAULT_RETRY_BACKOFF
     #: Host directory for state that must survive restarts (cleaner process records).
     state_dir: str | None = None
+    #: Filesystem volumes are mount points; only the demo's simulated volumes are not.
+    require_mount_point: bool = True
 
 
 class ConfigHolder:
@@ -189,6 +191,7 @@ class NodeAgent:
             jobs=self.jobs, recorder=self.recorder, metrics=self.metrics, clock=self.clock,
             records=self.cleaner_records, namespace=self.options.namespace, state_dir=self.options.state_dir,
             config=lambda: self.config.current, trigger=self.trigger,
+            require_mount_point=self.options.require_mount_point,
         )
         if self.journal.recovering:
             message = (f"no cleanup journal at {self.journal.path} (first start on this node, or the state dir "
