@@ -20,6 +20,23 @@ die() {
 require_block_device() {
   [[ -n "${LOCAL_PV_BLKDEVICE:-}" ]] || die "LOCAL_PV_BLKDEVICE is not set"
   [[ -b "$LOCAL_PV_BLKDEVICE" ]] || die "LOCAL_PV_BLKDEVICE=$LOCAL_PV_BLKDEVICE is not a block device"
+  require_unused_device
+}
+
+# Refuse a device the kernel holds: mounted, holding a mounted partition, swap, or under
+# device-mapper/md. An exclusive open (O_EXCL on a block device) fails with EBUSY exactly
+# then, so a cleanup Job can never wipe a disk the node is using.
+require_unused_device() {
+  command -v python3 >/dev/null 2>&1 || return 0
+  python3 - "$LOCAL_PV_BLKDEVICE" <<'PY' || die "LOCAL_PV_BLKDEVICE=$LOCAL_PV_BLKDEVICE is in use (mounted, a mounted partition, swap or device-mapper); not wiping it"
+import os
+import sys
+
+try:
+    os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC))
+except OSError as err:
+    sys.exit(f"{sys.argv[1]}: {err.strerror}")
+PY
 }
 
 # Check LOCAL_PV_FILESYSTEM names a directory.

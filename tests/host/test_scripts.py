@@ -96,11 +96,20 @@ def test_quick_reset_wipes_filesystem_signatures(ext4_loop: LoopDevice) -> None:
 
 
 @pytest.mark.root
-def test_quick_reset_refuses_a_mounted_device(ext4_loop: LoopDevice, tmp_path: Path, mounter: Mounter) -> None:
-    mounter.device(ext4_loop.path, tmp_path / "in-use")
-    result = clean("quick_reset.sh", LOCAL_PV_BLKDEVICE=ext4_loop.path)
+@pytest.mark.parametrize("script", ["quick_reset.sh", "shred.sh", "dd_zero.sh", "blkdiscard.sh"])
+def test_block_cleaners_refuse_a_mounted_device(ext4_loop: LoopDevice, tmp_path: Path, mounter: Mounter,
+                                                script: str) -> None:
+    # Cleanup Jobs run these scripts directly (upstream's format): the check must be theirs.
+    mounted = mounter.device(ext4_loop.path, tmp_path / "in-use")
+    (mounted / "keep").write_bytes(b"node data" * 100_000)
+    os.sync()
+    result = clean(script, LOCAL_PV_BLKDEVICE=ext4_loop.path)
     assert not result.succeeded
+    assert any("in use" in line for line in result.tail), result.tail
+    mounter.umount(mounted)
     assert blkid_finds_a_signature(ext4_loop)
+    mounter.device(ext4_loop.path, mounted)
+    assert (mounted / "keep").read_bytes() == b"node data" * 100_000
 
 
 @pytest.mark.parametrize("script", ["quick_reset.sh", "shred.sh", "dd_zero.sh", "blkdiscard.sh"])
