@@ -4,6 +4,9 @@ Kept apart from the directory code so the compatibility rules (research A.3) are
 small place: ``onDelete`` wins when it is exactly ``delete`` or ``retain``; otherwise
 ``archiveOnDelete`` decides, parsed with Go's ``strconv.ParseBool``, and an *absent* value
 means archive (the chart's default, and the safe one: no data is lost).
+
+``allowSharedDirectories`` is ours: absent means false, so a class must say in so many
+words that its claims may be handed a directory another claim made.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import Any
 PATH_PATTERN = "pathPattern"
 ON_DELETE = "onDelete"
 ARCHIVE_ON_DELETE = "archiveOnDelete"
+#: Ours, not upstream's: claims of different identities may share a directory (see ownership).
+ALLOW_SHARED_DIRECTORIES = "allowSharedDirectories"
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -56,3 +61,17 @@ def on_delete(parameters: Mapping[str, Any]) -> OnDelete:
 def path_pattern(parameters: Mapping[str, Any]) -> str | None:
     value = parameters.get(PATH_PATTERN)
     return str(value) if value else None
+
+
+def allow_shared_directories(parameters: Mapping[str, Any]) -> bool:
+    """Whether the class opts in to sharing directories between claims; ValueError if unparsable.
+
+    A typo must not silently mean "share": anything but a ParseBool spelling is an error.
+    """
+    value = parameters.get(ALLOW_SHARED_DIRECTORIES)
+    if value is None:
+        return False
+    try:
+        return parse_bool(str(value))
+    except ValueError as err:
+        raise ValueError(f"parameters.{ALLOW_SHARED_DIRECTORIES}: {err}") from err

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localpv.nfs.params import OnDelete, on_delete, parse_bool, path_pattern
+from localpv.nfs.params import OnDelete, allow_shared_directories, on_delete, parse_bool, path_pattern
 
 
 @pytest.mark.parametrize("text", ["1", "t", "T", "TRUE", "true", "True"])
@@ -49,3 +49,17 @@ def test_path_pattern_absent_or_empty_is_none() -> None:
     assert path_pattern({}) is None
     assert path_pattern({"pathPattern": ""}) is None
     assert path_pattern({"pathPattern": "${.PVC.name}"}) == "${.PVC.name}"
+
+
+@pytest.mark.parametrize(
+    ("parameters", "expected"),
+    [({}, False), ({"allowSharedDirectories": "true"}, True), ({"allowSharedDirectories": "false"}, False),
+     ({"allowSharedDirectories": "1"}, True)],
+)
+def test_sharing_directories_is_off_unless_the_class_says_so(parameters: dict[str, str], expected: bool) -> None:
+    assert allow_shared_directories(parameters) is expected
+
+
+def test_a_misspelt_sharing_opt_in_is_an_error_not_a_yes() -> None:
+    with pytest.raises(ValueError, match=r"parameters\.allowSharedDirectories: invalid boolean"):
+        allow_shared_directories({"allowSharedDirectories": "yes"})
