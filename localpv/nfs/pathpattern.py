@@ -7,7 +7,8 @@ nothing (only slashes) falls back to the default ``<ns>-<pvc>-<pv>`` name.
 
 Unlike upstream, the result is *validated* (research A.12 #1): annotation values are free
 text a tenant controls, so ``..``, ``.``, absolute paths, empty segments, control
-characters and over-long names are refused. Every piece of the rendered path remembers
+characters and over-long names are refused, and so are names of archives (``archived-...``)
+and of the reserved ``.localpv`` directory at the top. Every piece of the rendered path remembers
 which field produced it, so a refusal can name the field to fix (say
 ``annotations.nfs.io/storage-path``) instead of quoting the whole path.
 """

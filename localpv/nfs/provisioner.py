@@ -8,20 +8,46 @@ watching claims, retrying, events, deciding a claim is ours - is the controller'
 Beyond upstream, every path is validated before any disk access, and a directory is
 never removed or archived while another PV still points at it or inside it (a
 ``pathPattern`` without a unique part makes claims share directories, research A.12 #2).
+
+And a directory is handed to, or disposed of for, only the claim identity that owns it
+(:mod:`localpv.nfs.ownership`): a ``pathPattern`` fed by annotations lets a tenant *name* any
+directory, so a name proves nothing. What does: the ownership record written when the
+directory was made, and the PV objects (cluster-scoped, not tenant-writable) still naming it.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from localpv.kube.events import NORMAL, WARNING
 from localpv.nfs import params
 from localpv.nfs.export import Export, UnsafeDirectory
-from localpv.nfs.pathpattern import PathRejected, SubPath, archive_names, claim_subpath, parse_subpath
+from localpv.nfs.ownership import (
+    SHARING_HINT,
+    UNRECORDED,
+    Claimant,
+    ClaimIdentity,
+    CorruptRecord,
+    OwnerRecord,
+    OwnershipStore,
+    RecordError,
+    conflict,
+    first_foreign,
+    placement,
+)
+from localpv.nfs.pathpattern import (
+    PATTERN_FIELD,
+    PathRejected,
+    SubPath,
+    archive_names,
+    claim_subpath,
+    parse_subpath,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +76,10 @@ class DeleteFailed(OperationFailed):
 
 class NotMine(Exception):
     """This volume belongs to someone else (lib's ``IgnoredError``): no event, no retry."""
+
+
+class NotOwned(Exception):
+    """The directory is not provably the claim's: refused, with the reason as the message."""
 
 
 @dataclass(frozen=True)
@@ -121,30 +151,130 @@ class NfsProvisioner:
         self.source = source
         self.export = export
         self.view = view
+        self.owners = OwnershipStore(export)
 
     # ------------------------------------------------------------------ provision
 
     def provision(self, request: ProvisionRequest) -> Provisioned:
-        claim, sc = request.claim, request.storage_class
-        if (claim.get("spec") or {}).get("selector"):
+        if (request.claim.get("spec") or {}).get("selector"):
             raise ProvisionFailed("claim Selector is not supported", final=True)
-        pattern = params.path_pattern(sc.get("parameters") or {})
+        sub = self._claim_subpath(request)
+        claimant = self._claimant(request)
         try:
-            sub = claim_subpath(pattern, claim.get("metadata") or {}, request.pv_name)
-        except PathRejected as err:
-            raise ProvisionFailed(f"refusing the directory path: {err}", final=True, unsafe_path=True) from err
-        try:
-            created = self.export.make_directory(sub.parts, self.source.dir_mode)
+            created = self._take_directory(sub, claimant, request.pv_name)
+        except NotOwned as err:
+            raise ProvisionFailed(f"refusing the directory path: {_fields(sub)}: {err}", final=True,
+                                  unsafe_path=True) from err
         except UnsafeDirectory as err:
             field_name = sub.segments[err.index].blame()
             raise ProvisionFailed(f"refusing the directory path: {field_name}: {err}", final=True,
                                   unsafe_path=True) from err
+        except CorruptRecord as err:
+            raise ProvisionFailed(f"refusing the directory {sub.relative!r}: {err}", final=True) from err
+        except RecordError as err:
+            raise ProvisionFailed(f"unable to use the ownership records on the export: {err}", final=False) from err
         except OSError as err:
             raise ProvisionFailed(f"unable to create directory {sub.relative!r} on the export: {err}",
                                   final=False) from err
         server_path = self.source.server_path(sub)
         return Provisioned(self._volume(request, server_path), self._sharing_notes(sub, server_path, created,
                                                                                    request.pv_name))
+
+    @staticmethod
+    def _claim_subpath(request: ProvisionRequest) -> SubPath:
+        pattern = params.path_pattern(request.storage_class.get("parameters") or {})
+        try:
+            return claim_subpath(pattern, request.claim.get("metadata") or {}, request.pv_name)
+        except PathRejected as err:
+            raise ProvisionFailed(f"refusing the directory path: {err}", final=True, unsafe_path=True) from err
+
+    @staticmethod
+    def _claimant(request: ProvisionRequest) -> Claimant:
+        sc = request.storage_class
+        try:
+            shares = params.allow_shared_directories(sc.get("parameters") or {})
+        except ValueError as err:
+            raise ProvisionFailed(str(err), final=True) from err
+        return Claimant(ClaimIdentity.of_claim(request.claim), str((sc.get("metadata") or {}).get("name") or ""),
+                        shares)
+
+    def _take_directory(self, sub: SubPath, claimant: Claimant, pv_name: str) -> bool:
+        """Check the directory may go to ``claimant``, record it as theirs, make it; True if made now.
+
+        The record is written *before* a new directory is made: a crash in between leaves a
+        record of a missing directory (harmless, overwritten by whoever makes it next), never
+        a directory nobody can prove is theirs.
+        """
+        self._check_volumes(sub, claimant, pv_name)
+        if self.export.exists(sub.parts):
+            self._check_reuse(sub, claimant)
+            self.export.make_directory(sub.parts, self.source.dir_mode)
+            return False
+        self._check_parents(sub, claimant)
+        self.owners.write(claimant.record_for(sub.relative))
+        if self.export.make_directory(sub.parts, self.source.dir_mode):
+            return True
+        self.owners.forget(sub.parts)
+        raise OSError(errno.EEXIST, "the directory appeared while it was being made; it is checked again",
+                      sub.relative)
+
+    def _check_volumes(self, sub: SubPath, claimant: Claimant, pv_name: str) -> None:
+        """Refuse a directory that is, is inside or contains another claim's PV's directory.
+
+        PVs outlive records' absence: a directory made before records existed, or retained
+        with its PV, is still someone's while a PV names it. A sharing class skips this (its
+        records say which directories it may share).
+        """
+        if claimant.shares:
+            return
+        for name, other, pv in self._our_volumes():
+            owner = ClaimIdentity.of_volume(pv)
+            if name == pv_name or owner == claimant.identity or placement(sub.relative, other.relative) is None:
+                continue
+            whose = f"PV {name} (claim {owner})" if owner else f"PV {name} (bound to no claim)"
+            raise NotOwned(f"directory {sub.relative!r} {conflict(sub.relative, other.relative, whose)}; it is "
+                           f"not handed to claim {claimant.identity} ({SHARING_HINT})")
+
+    def _check_reuse(self, sub: SubPath, claimant: Claimant) -> None:
+        """An existing directory: no record on, above or below it may be someone else's, and
+        without a record of its own only a PV naming this claim (or sharing) vouches for it."""
+        records = self.owners.around(sub.parts)
+        self._refuse_foreign(records, sub, claimant)
+        if any(record.path == sub.relative for record in records):
+            return
+        if not (claimant.shares or self._volume_names(sub, claimant.identity)):
+            raise NotOwned(f"directory {sub.relative!r} already exists and {UNRECORDED}: nothing proves it is "
+                           f"claim {claimant.identity}'s; move it away, or claim it through a StorageClass with "
+                           'allowSharedDirectories: "true" to share it')
+        self.owners.write(claimant.record_for(sub.relative))
+
+    def _check_parents(self, sub: SubPath, claimant: Claimant) -> None:
+        """A new directory inside someone else's would be read by them."""
+        self._refuse_foreign(self.owners.lineage(sub.parts[:-1]), sub, claimant)
+
+    @staticmethod
+    def _refuse_foreign(records: Iterable[OwnerRecord], sub: SubPath, claimant: Claimant) -> None:
+        foreign = first_foreign(records, claimant)
+        if foreign is not None:
+            whose = f"claim {foreign.owner}"
+            raise NotOwned(f"directory {sub.relative!r} {conflict(sub.relative, foreign.path, whose)}; it is not "
+                           f"handed to claim {claimant.identity} ({SHARING_HINT})")
+
+    def _volume_names(self, sub: SubPath, identity: ClaimIdentity) -> bool:
+        """A PV of exactly this directory names ``identity`` as its claim (say, a retained one)."""
+        return any(other.parts == sub.parts and ClaimIdentity.of_volume(pv) == identity
+                   for _, other, pv in self._our_volumes())
+
+    def _our_volumes(self) -> Iterator[tuple[str, SubPath, Obj]]:
+        """PVs on our server whose path is a directory below the export (others name none of ours)."""
+        for pv in self.view.volumes():
+            nfs = (pv.get("spec") or {}).get("nfs") or {}
+            if nfs.get("server") != self.source.server:
+                continue
+            try:
+                yield str(pv["metadata"]["name"]), self.source.subpath_of(str(nfs.get("path") or "")), pv
+            except PathRejected:
+                continue
 
     def _volume(self, request: ProvisionRequest, server_path: str) -> Obj:
         cspec = request.claim.get("spec") or {}
@@ -189,6 +319,7 @@ class NfsProvisioner:
             sub = self.source.subpath_of(server_path)
             if not self.export.exists(sub.parts):
                 log.warning("PV %s: directory %s is already gone; deleting the PV", name, server_path)
+                self._forget(sub)
                 return []
         except PathRejected as err:
             raise DeleteFailed(f"refusing to touch the directory: {err}", final=True, unsafe_path=True) from err
@@ -204,13 +335,53 @@ class NfsProvisioner:
                                "archive the directory", final=False)
         try:
             action = params.on_delete(sc.get("parameters") or {})
+            claimant = Claimant(ClaimIdentity.of_volume(pv) or _NO_CLAIM, class_name,
+                                params.allow_shared_directories(sc.get("parameters") or {}))
         except ValueError as err:
             raise DeleteFailed(str(err), final=False) from err
+        if action is params.OnDelete.RETAIN:
+            return []  # the record stays too: the same claim, re-created, gets its directory back
         users = self._users(server_path, exclude={name, *exclude})
         if users:
             return [Note(WARNING, "DirectoryRetained",
                          f"directory {sub.relative!r} is not {action.value}d: {_names(users)} still use(s) it")]
-        return self._dispose(sub, action, name)
+        refusal = self._release_refusal(sub, claimant, name)
+        if refusal is not None:
+            return [Note(WARNING, "DirectoryRetained", f"directory {sub.relative!r} is not {action.value}d: {refusal}")]
+        notes = self._dispose(sub, action, name)
+        self._forget(sub)
+        return notes
+
+    def _release_refusal(self, sub: SubPath, claimant: Claimant, pv_name: str) -> str | None:
+        """Why the releasing volume's claim may not dispose of the directory (None: it may).
+
+        Without a record, only upstream's default name vouches: ``<namespace>-<claim>-<pv>``
+        ends with this PV's name, ``pvc-<claim uid>``, which no other claim could know
+        beforehand. Anything else is retained (fail safe) unless the class shares.
+        """
+        try:
+            records = self.owners.around(sub.parts)
+        except CorruptRecord as err:
+            return str(err)
+        except RecordError as err:
+            raise DeleteFailed(f"unable to read the ownership records on the export: {err}", final=False) from err
+        foreign = first_foreign(records, claimant)
+        if foreign is not None:
+            whose = f"claim {foreign.owner}"
+            return f"it {conflict(sub.relative, foreign.path, whose)}, not of this volume's claim {claimant.identity}"
+        if any(record.path == sub.relative for record in records) or claimant.shares:
+            return None
+        if sub.basename.endswith(f"-{pv_name}"):
+            return None
+        return (f"it {UNRECORDED}, so nothing proves it is claim {claimant.identity}'s; remove it by hand if it is "
+                "garbage")
+
+    def _forget(self, sub: SubPath) -> None:
+        """Drop the record of a directory that is gone; a failure leaves a harmless stale record."""
+        try:
+            self.owners.forget(sub.parts)
+        except RecordError as err:
+            log.warning("could not remove the ownership record of %r: %s", sub.relative, err)
 
     def _dispose(self, sub: SubPath, action: params.OnDelete, pv_name: str) -> list[Note]:
         try:
@@ -246,6 +417,15 @@ class NfsProvisioner:
             if other == mine or other.startswith(mine + "/"):
                 users.append(name)
         return sorted(users)
+
+
+#: The identity of a PV bound to no claim: matches no record.
+_NO_CLAIM = ClaimIdentity("", "")
+
+
+def _fields(sub: SubPath) -> str:
+    """Every field the path was rendered from: what to change to be given another directory."""
+    return ", ".join(dict.fromkeys(source for seg in sub.segments for source in seg.sources)) or PATTERN_FIELD
 
 
 def _names(pvs: list[str], shown: int = 3) -> str:

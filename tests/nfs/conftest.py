@@ -40,6 +40,21 @@ def snapshot(root: Path) -> Snapshot:
     return found
 
 
+#: The export's reserved top-level directory (ownership records), never a volume.
+RESERVED = ".localpv"
+
+
+def volume_entries(root: Path) -> list[str]:
+    """The export root's entries that are volumes or archives (the reserved directory aside)."""
+    return sorted(name for name in os.listdir(root) if name != RESERVED)
+
+
+def records(root: Path) -> list[str]:
+    """The ownership records on the export (one per directory a claim owns)."""
+    owners = root / RESERVED / "owners"
+    return sorted(os.listdir(owners)) if owners.is_dir() else []
+
+
 @dataclass
 class Layout:
     """``export`` is the mounted export; ``outside`` is a sibling full of data to protect."""
@@ -123,18 +138,24 @@ class Cluster:
             return None
         return self.pv(claim["spec"]["volumeName"])
 
-    def released_pv(self, path: str, server: str = SERVER, name: str = "pvc-released") -> str:
-        """A PV of ours whose claim is long gone (as after a restart, or planted by someone
-        with PV rights), already ``Released`` before any provisioner sees it."""
+    def released_pv(self, path: str, server: str = SERVER, name: str = "pvc-released",
+                    claim: tuple[str, str] = ("tenant", "long-gone"), reclaim: str = "Delete") -> str:
+        """A PV of ours whose claim (namespace, name) is long gone (as after a restart, or
+        made before an upgrade, or planted by someone with PV rights), already ``Released``
+        before any provisioner sees it."""
         self.server.create({
             "apiVersion": "v1", "kind": "PersistentVolume",
             "metadata": {"name": name, "annotations": {PROVISIONED_BY_ANNOTATION: PROVISIONER}},
             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "nfs",
-                     "persistentVolumeReclaimPolicy": "Delete", "nfs": {"server": server, "path": path},
-                     "claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": "tenant",
-                                  "name": "long-gone", "uid": "00000000-dead-beef-0000-000000000000"}},
+                     "persistentVolumeReclaimPolicy": reclaim, "nfs": {"server": server, "path": path},
+                     "claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": claim[0],
+                                  "name": claim[1], "uid": "00000000-dead-beef-0000-000000000000"}},
         })
-        wait_for(lambda: (self.pv(name) or {}).get("status", {}).get("phase") == "Released", what="Released")
+        def released_or_gone() -> bool:  # a running provisioner may dispose of it at once
+            pv = self.pv(name)
+            return pv is None or (pv.get("status") or {}).get("phase") == "Released"
+
+        wait_for(released_or_gone, what="Released")
         return name
 
     def delete_claim(self, name: str, namespace: str = "default") -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from localpv.testing.apiserver import ApiServer
 from tests.conftest import wait_for
-from tests.nfs.conftest import Cluster, Layout, Replicas, metric
+from tests.nfs.conftest import Cluster, Layout, Replicas, metric, records, volume_entries
 
 CLAIMS = 40
 
@@ -51,13 +51,13 @@ def test_faults_do_not_duplicate_or_lose_volumes(apiserver: ApiServer, cluster: 
     per_claim = Counter(pv["spec"]["claimRef"]["uid"] for pv in cluster.pvs())
     assert len(per_claim) == CLAIMS and set(per_claim.values()) == {1}
     assert metric(replica, "localpv_nfs_directories_created_total") == CLAIMS
-    assert len(list(layout.export.iterdir())) == CLAIMS
+    assert len(volume_entries(layout.export)) == len(records(layout.export)) == CLAIMS
     assert apiserver.requests.count("create", "persistentvolumes", status=500) > 0, "the faults must have bitten"
 
     for i in range(CLAIMS):
         cluster.delete_claim(f"c{i}", "load")
     wait_for(lambda: cluster.pvs() == [], timeout=30, what="all PVs deleted")
-    assert list(layout.export.iterdir()) == []
+    assert volume_entries(layout.export) == records(layout.export) == []
     wait_for(lambda: metric(replica, "controller_persistentvolume_delete_total", **{"class": "nfs"}) == CLAIMS,
              what="deletes counted")
     assert apiserver.requests.count("delete", "persistentvolumes", status=503) > 0

@@ -19,7 +19,7 @@ from localpv.nfs.metrics import NfsMetrics
 from localpv.nfs.provisioner import NfsProvisioner, NfsSource
 from localpv.testing.apiserver import ApiServer
 from tests.conftest import wait_for
-from tests.nfs.conftest import NFS_PATH, PROVISIONER, SERVER, Cluster, Layout, Replicas, metric
+from tests.nfs.conftest import NFS_PATH, PROVISIONER, SERVER, Cluster, Layout, Replicas, metric, records, volume_entries
 
 LEASE = 1.0
 RETRY = 0.1
@@ -147,7 +147,7 @@ def test_two_replicas_provision_each_claim_once_and_the_survivor_takes_over(clus
     wait_for(lambda: sum(provisioned().values()) == 20, what="all counted")
     assert provisioned() == {leader: 10, standby: 10}
     made = sum(metric(r, "localpv_nfs_directories_created_total") for r in (leader, standby))
-    assert made == 20 and len(list(layout.export.iterdir())) == 20
+    assert made == 20 and len(volume_entries(layout.export)) == len(records(layout.export)) == 20
     claims_with_pv = [pv["spec"]["claimRef"]["uid"] for pv in cluster.pvs()]
     assert len(claims_with_pv) == len(set(claims_with_pv)) == 20
     holder = cluster.server.get("coordination.k8s.io/v1", "Lease", lock_name(PROVISIONER), "kube-system")

@@ -10,7 +10,18 @@ import pytest
 
 from localpv.naming import PROVISIONED_BY_ANNOTATION
 from tests.conftest import wait_for
-from tests.nfs.conftest import NFS_PATH, PROVISIONER, SERVER, Cluster, Layout, Replicas, history, metric
+from tests.nfs.conftest import (
+    NFS_PATH,
+    PROVISIONER,
+    SERVER,
+    Cluster,
+    Layout,
+    Replicas,
+    history,
+    metric,
+    records,
+    volume_entries,
+)
 
 
 def dir_of(pv: dict[str, object], layout: Layout) -> str:
@@ -79,7 +90,7 @@ def test_released_directory_is_deleted_archived_or_retained(cluster: Cluster, re
     wait_for(lambda: cluster.pv(pv["metadata"]["name"]) is None, what="PV deleted")
 
     base = os.path.basename(path)
-    entries = sorted(os.listdir(layout.export))
+    entries = volume_entries(layout.export)
     expected = {"deleted": [], "archived": [f"archived-{base}"], "kept": [base]}[outcome]
     assert entries == expected
     if outcome != "deleted":
@@ -163,7 +174,7 @@ def test_missing_class_at_delete_time_retries_with_events_until_it_is_back(clust
 
     cluster.storage_class(archiveOnDelete="false")
     wait_for(lambda: cluster.pv(pv["metadata"]["name"]) is None, what="deleted once the class is back")
-    assert os.listdir(layout.export) == []
+    assert volume_entries(layout.export) == records(layout.export) == []
 
 
 def test_same_name_in_two_namespaces_archives_twice_without_failing(cluster: Cluster, replicas: Replicas,
@@ -185,7 +196,10 @@ def test_same_name_in_two_namespaces_archives_twice_without_failing(cluster: Clu
 
 def test_a_shared_directory_is_warned_about_and_kept_while_another_pv_uses_it(cluster: Cluster, replicas: Replicas,
                                                                              layout: Layout) -> None:
-    cluster.storage_class(pathPattern="shared/${.PVC.annotations.dir}", onDelete="delete")
+    """Only a class that opts in shares (tests/nfs/test_ownership.py); the last one out, owner or
+    not, disposes of the directory."""
+    cluster.storage_class(pathPattern="shared/${.PVC.annotations.dir}", onDelete="delete",
+                          allowSharedDirectories="true")
     cluster.claim("first", annotations={"dir": "team"})
     replica = replicas.start()
     first = wait_for(lambda: cluster.bound_pv("first"), what="first bound")
@@ -206,3 +220,4 @@ def test_a_shared_directory_is_warned_about_and_kept_while_another_pv_uses_it(cl
     cluster.delete_claim("second")
     wait_for(lambda: cluster.pv(second["metadata"]["name"]) is None, what="second PV deleted")
     assert os.listdir(layout.export / "shared") == []
+    assert records(layout.export) == []

@@ -1,0 +1,232 @@
+"""Whose a directory on the export is: claim identities, ownership records, and the rules.
+
+Why (issue 11 finding 7): with a ``pathPattern`` fed by labels or annotations, a tenant picks
+the directory its claim gets. Upstream hands over whatever is there, on purpose (a re-created
+claim gets its data back), so a claim in another namespace naming the same directory read that
+namespace's data, and its release with ``onDelete: delete`` erased it.
+
+A directory belongs to the claim *identity* it was made for: namespace and name. A re-created
+claim has a new uid but the same identity, so upstream's reuse keeps working for it and for
+no one else. Each directory's owner is one small record in ``.localpv/owners/`` at the top of
+the export, keyed by a hash of the directory's path. That is outside every tenant directory: a
+tenant mounts only its own directory, so it can neither forge nor remove a record (a record
+inside the tenant's directory could be both). Records are read and replaced through
+:class:`~localpv.nfs.export.Export` (fd-relative, no links followed, atomic rename).
+
+Sharing is what a StorageClass opts in to (``allowSharedDirectories``): its claims may use a
+directory without a record, or one made under a class that opted in too - never a directory
+made under a class that did not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TypedDict
+
+from localpv.kube.api import Obj
+from localpv.nfs.export import Export, UnsafeDirectory
+from localpv.nfs.pathpattern import RESERVED_DIRECTORY
+
+#: Where the records live, below the export root.
+RECORDS_DIRECTORY = (RESERVED_DIRECTORY, "owners")
+
+#: A record holds a path of at most 4096 bytes and a few names; anything bigger was not written by us.
+MAX_RECORD_BYTES = 16 * 1024
+
+_FORMAT_VERSION = 1
+
+SHARING_HINT = ('only StorageClasses with allowSharedDirectories: "true" share directories, and only those made '
+                'under such a class')
+UNRECORDED = "has no ownership record (made before localpv recorded owners, or by hand)"
+
+
+class RecordError(Exception):
+    """The records could not be read or written (I/O error, or something planted in their place)."""
+
+
+class CorruptRecord(RecordError):
+    """A record that does not parse, or names another directory: it proves nobody's ownership."""
+
+
+@dataclass(frozen=True)
+class ClaimIdentity:
+    """A claim as ownership sees it: what survives deleting and re-creating it."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def of_claim(cls, claim: Obj) -> ClaimIdentity:
+        meta = claim.get("metadata") or {}
+        return cls(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+    @classmethod
+    def of_volume(cls, pv: Obj) -> ClaimIdentity | None:
+        """The claim a PV is or was bound to: ``spec.claimRef``, which tenants cannot write."""
+        ref = (pv.get("spec") or {}).get("claimRef") or {}
+        namespace, name = ref.get("namespace"), ref.get("name")
+        if not isinstance(namespace, str) or not isinstance(name, str) or not namespace or not name:
+            return None
+        return cls(namespace, name)
+
+
+@dataclass(frozen=True)
+class OwnerRecord:
+    """Directory ``path`` (relative to the export) was made for ``owner``, under ``storage_class``."""
+
+    path: str
+    owner: ClaimIdentity
+    storage_class: str
+    shared: bool
+
+
+class _RecordFile(TypedDict):
+    """A record on disk (JSON)."""
+
+    version: int
+    path: str
+    namespace: str
+    name: str
+    storageClass: str
+    shared: bool
+
+
+@dataclass(frozen=True)
+class Claimant:
+    """A claim asking for, or releasing, a directory; ``shares``: its class opted in to sharing."""
+
+    identity: ClaimIdentity
+    storage_class: str
+    shares: bool
+
+    def may_use(self, record: OwnerRecord) -> bool:
+        """Its own directory, or a shared one when its class shares too."""
+        return record.owner == self.identity or (record.shared and self.shares)
+
+    def record_for(self, path: str) -> OwnerRecord:
+        return OwnerRecord(path, self.identity, self.storage_class, self.shares)
+
+
+def first_foreign(records: Iterable[OwnerRecord], claimant: Claimant) -> OwnerRecord | None:
+    """The first record ``claimant`` may not use: the reason it may not have or dispose of a directory."""
+    return next((record for record in records if not claimant.may_use(record)), None)
+
+
+def placement(path: str, other: str) -> str | None:
+    """How directory ``other`` lies relative to ``path`` (both validated relative paths), or None."""
+    if other == path:
+        return "is"
+    if path.startswith(other + "/"):
+        return "is inside"
+    if other.startswith(path + "/"):
+        return "contains"
+    return None
+
+
+def conflict(path: str, other: str, whose: str) -> str:
+    """``path``'s relation to someone else's directory ``other``, as a phrase for an event."""
+    relation = placement(path, other) or "is unrelated to"
+    where = "" if relation == "is" else f"{other!r}, "
+    return f"{relation} {where}the directory of {whose}"
+
+
+def encode(record: OwnerRecord) -> bytes:
+    body: _RecordFile = {"version": _FORMAT_VERSION, "path": record.path, "namespace": record.owner.namespace,
+                         "name": record.owner.name, "storageClass": record.storage_class, "shared": record.shared}
+    return json.dumps(body, ensure_ascii=False, sort_keys=True).encode() + b"\n"
+
+
+def decode(data: bytes, where: str) -> OwnerRecord:
+    """Parse a record strictly: anything unexpected is a :class:`CorruptRecord`, never a guess."""
+    try:
+        body = json.loads(data)
+    except ValueError as err:
+        raise CorruptRecord(f"ownership record {where} is not JSON: {err}") from err
+    expected = _RecordFile.__annotations__
+    if not isinstance(body, dict) or body.get("version") != _FORMAT_VERSION or set(body) != set(expected):
+        raise CorruptRecord(f"ownership record {where} is not a version {_FORMAT_VERSION} record")
+    text_fields = ("path", "namespace", "name", "storageClass")
+    if not all(isinstance(body[k], str) and body[k] for k in text_fields) or not isinstance(body["shared"], bool):
+        raise CorruptRecord(f"ownership record {where} has fields of the wrong type")
+    return OwnerRecord(body["path"], ClaimIdentity(body["namespace"], body["name"]), body["storageClass"],
+                       body["shared"])
+
+
+def record_name(path: str) -> str:
+    """The record's file name: fixed length whatever the path (which may be 4096 bytes)."""
+    return hashlib.sha256(path.encode()).hexdigest()
+
+
+class OwnershipStore:
+    """The records on the export. Only the leader writes (one writer, so check-then-write holds)."""
+
+    def __init__(self, export: Export) -> None:
+        self.export = export
+
+    def read(self, parts: Sequence[str]) -> OwnerRecord | None:
+        """The record of directory ``parts``; None if it has none."""
+        path = "/".join(parts)
+        name = record_name(path)
+        with _guard():
+            data = self.export.read_file(RECORDS_DIRECTORY, name, MAX_RECORD_BYTES)
+        if data is None:
+            return None
+        record = decode(data, _shown(name))
+        if record.path != path:
+            raise CorruptRecord(f"ownership record {_shown(name)} names {record.path!r}, not {path!r}")
+        return record
+
+    def write(self, record: OwnerRecord) -> None:
+        with _guard():
+            self.export.write_file(RECORDS_DIRECTORY, record_name(record.path), encode(record))
+
+    def forget(self, parts: Sequence[str]) -> None:
+        with _guard():
+            self.export.remove_file(RECORDS_DIRECTORY, record_name("/".join(parts)))
+
+    def lineage(self, parts: Sequence[str]) -> list[OwnerRecord]:
+        """The records of ``parts`` and of each directory above it, top first."""
+        found = (self.read(parts[:depth]) for depth in range(1, len(parts) + 1))
+        return [record for record in found if record is not None]
+
+    def around(self, parts: Sequence[str]) -> list[OwnerRecord]:
+        """Every record on, above or below ``parts``: whoever the directory's data concerns."""
+        return [*self.lineage(parts), *self.below(parts)]
+
+    def below(self, parts: Sequence[str]) -> list[OwnerRecord]:
+        """The records of directories strictly inside ``parts`` (reads every record: call rarely)."""
+        prefix = "/".join(parts) + "/"
+        return [record for record in self._all() if record.path.startswith(prefix)]
+
+    def _all(self) -> Iterator[OwnerRecord]:
+        with _guard():
+            names = self.export.list_files(RECORDS_DIRECTORY)
+        for name in names:
+            with _guard():
+                data = self.export.read_file(RECORDS_DIRECTORY, name, MAX_RECORD_BYTES)
+            if data is None:
+                continue  # removed since the listing
+            record = decode(data, _shown(name))
+            if record_name(record.path) != name:
+                raise CorruptRecord(f"ownership record {_shown(name)} names {record.path!r}, which is not its key")
+            yield record
+
+
+def _shown(name: str) -> str:
+    return "/".join((*RECORDS_DIRECTORY, name))
+
+
+@contextmanager
+def _guard() -> Iterator[None]:
+    """File-level failures of the records become :class:`RecordError` (callers cannot blame a claim)."""
+    try:
+        yield
+    except (UnsafeDirectory, OSError) as err:
+        raise RecordError(f"{'/'.join(RECORDS_DIRECTORY)}: {err}") from err

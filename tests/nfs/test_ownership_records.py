@@ -1,0 +1,257 @@
+"""Ownership records on a real directory, and the provisioner's decisions from them, without a cluster:
+records are strict (a doubtful one proves nothing), live outside tenant directories, follow no links."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localpv.nfs.export import Export
+from localpv.nfs.ownership import (
+    RECORDS_DIRECTORY,
+    Claimant,
+    ClaimIdentity,
+    CorruptRecord,
+    OwnerRecord,
+    OwnershipStore,
+    RecordError,
+    decode,
+    encode,
+    placement,
+    record_name,
+)
+from localpv.nfs.provisioner import NfsProvisioner, NfsSource, ProvisionFailed, ProvisionRequest
+from tests.nfs.conftest import NFS_PATH, SERVER, Layout
+
+Obj = dict[str, Any]
+
+TEAM_A = ClaimIdentity("team-a", "db")
+TEAM_B = ClaimIdentity("team-b", "db")
+
+
+@pytest.fixture
+def store(layout: Layout) -> OwnershipStore:
+    return OwnershipStore(Export(str(layout.export)))
+
+
+def record_file(layout: Layout, path: str) -> Path:
+    return layout.export.joinpath(*RECORDS_DIRECTORY, record_name(path))
+
+
+# ---------------------------------------------------------------- identities and rules
+
+
+def test_identity_is_namespace_and_name_not_uid() -> None:
+    old = {"metadata": {"namespace": "team-a", "name": "db", "uid": "1"}}
+    new = {"metadata": {"namespace": "team-a", "name": "db", "uid": "2"}}
+    assert ClaimIdentity.of_claim(old) == ClaimIdentity.of_claim(new) == TEAM_A
+    assert str(TEAM_A) == "team-a/db"
+
+
+@pytest.mark.parametrize("ref", [None, {}, {"namespace": "team-a"}, {"namespace": "", "name": "db"},
+                                 {"namespace": 1, "name": "db"}])
+def test_a_volume_without_a_complete_claim_ref_names_no_one(ref: Obj | None) -> None:
+    assert ClaimIdentity.of_volume({"spec": {"claimRef": ref}}) is None
+
+
+def test_sharing_needs_both_the_directory_and_the_claimant_to_opt_in() -> None:
+    private = OwnerRecord("d", TEAM_A, "private", shared=False)
+    shared = OwnerRecord("d", TEAM_A, "shared", shared=True)
+    assert Claimant(TEAM_A, "private", shares=False).may_use(private)
+    assert not Claimant(TEAM_B, "shared", shares=True).may_use(private)
+    assert not Claimant(TEAM_B, "private", shares=False).may_use(shared)
+    assert Claimant(TEAM_B, "shared", shares=True).may_use(shared)
+
+
+@pytest.mark.parametrize(
+    ("path", "other", "expected"),
+    [("a", "a", "is"), ("a/b", "a", "is inside"), ("a", "a/b", "contains"), ("a", "ab", None), ("ab", "a", None),
+     ("a/b", "a/c", None)],
+)
+def test_placement_compares_whole_segments(path: str, other: str, expected: str | None) -> None:
+    assert placement(path, other) == expected
+
+
+# ---------------------------------------------------------------- the format
+
+
+def test_a_record_round_trips() -> None:
+    record = OwnerRecord("ns/é data", TEAM_A, "nfs", shared=True)
+    assert decode(encode(record), "x") == record
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[]",
+        json.dumps({"version": 2, "path": "d", "namespace": "a", "name": "b", "storageClass": "c",
+                    "shared": False}).encode(),
+        json.dumps({"version": 1, "path": "d", "namespace": "a", "name": "b", "storageClass": "c"}).encode(),
+        json.dumps({"version": 1, "path": "d", "namespace": "a", "name": "b", "storageClass": "c",
+                    "shared": "true"}).encode(),
+        json.dumps({"version": 1, "path": "d", "namespace": "", "name": "b", "storageClass": "c",
+                    "shared": False}).encode(),
+        json.dumps({"version": 1, "path": "d", "namespace": "a", "name": "b", "storageClass": "c",
+                    "shared": False, "extra": 1}).encode(),
+    ],
+)
+def test_anything_but_a_well_formed_record_is_corrupt_never_guessed(body: bytes) -> None:
+    with pytest.raises(CorruptRecord):
+        decode(body, "x")
+
+
+# ---------------------------------------------------------------- the store
+
+
+def test_records_live_in_the_reserved_directory_one_per_path(layout: Layout, store: OwnershipStore) -> None:
+    store.write(OwnerRecord("a", TEAM_A, "nfs", shared=False))
+    store.write(OwnerRecord("a/b/c", TEAM_B, "nfs", shared=False))
+    assert sorted(os.listdir(layout.export)) == [".localpv"]
+    assert store.read(["a"]) == OwnerRecord("a", TEAM_A, "nfs", shared=False)
+    assert store.read(["a", "b"]) is None
+    assert [r.path for r in store.lineage(["a", "b", "c", "d"])] == ["a", "a/b/c"]
+    assert [r.path for r in store.below(["a"])] == ["a/b/c"]
+    assert store.below(["a", "b", "c"]) == []
+    assert [r.path for r in store.around(["a", "b"])] == ["a", "a/b/c"]
+    store.forget(["a"])
+    assert store.read(["a"]) is None and os.listdir(layout.export.joinpath(*RECORDS_DIRECTORY)) == [
+        record_name("a/b/c")]
+
+
+def test_a_record_copied_to_another_directorys_key_is_corrupt(layout: Layout, store: OwnershipStore) -> None:
+    store.write(OwnerRecord("mine", TEAM_B, "nfs", shared=False))
+    os.rename(record_file(layout, "mine"), record_file(layout, "theirs"))
+    with pytest.raises(CorruptRecord, match="names 'mine'"):
+        store.read(["theirs"])
+    with pytest.raises(CorruptRecord, match="not its key"):
+        store.below(["x"])
+
+
+@pytest.mark.parametrize("plant", ["reserved-link", "owners-link", "record-link"])
+def test_links_planted_among_the_records_are_refused(layout: Layout, store: OwnershipStore, plant: str) -> None:
+    decoy = layout.outside / "decoy"
+    decoy.mkdir()
+    forged = encode(OwnerRecord("d", TEAM_B, "nfs", shared=False))
+    (decoy / record_name("d")).write_bytes(forged)
+    if plant == "reserved-link":
+        os.symlink(decoy, layout.export / ".localpv")
+    elif plant == "owners-link":
+        (layout.export / ".localpv").mkdir()
+        os.symlink(decoy, layout.export / ".localpv" / "owners")
+    else:
+        layout.export.joinpath(*RECORDS_DIRECTORY).mkdir(parents=True)
+        os.symlink(decoy / record_name("d"), record_file(layout, "d"))
+    before = layout.outside_snapshot()
+    with pytest.raises(RecordError, match="symbolic link"):
+        store.read(["d"])
+    mine = OwnerRecord("d", TEAM_A, "nfs", shared=False)
+    if plant == "record-link":  # rename(2) replaces the link itself, never what it points at
+        store.write(mine)
+        assert store.read(["d"]) == mine and not record_file(layout, "d").is_symlink()
+    else:
+        with pytest.raises(RecordError, match="symbolic link"):
+            store.write(mine)
+    assert layout.outside_snapshot() == before
+
+
+# ---------------------------------------------------------------- the provisioner's decisions
+
+
+class View:
+    """A fixed cluster: one class, some PVs."""
+
+    def __init__(self, volumes: Iterable[Obj] = ()) -> None:
+        self.pvs = list(volumes)
+
+    def storage_class(self, name: str) -> Obj | None:
+        return {"metadata": {"name": name}, "parameters": {"onDelete": "delete"}}
+
+    def volumes(self) -> list[Obj]:
+        return self.pvs
+
+
+def provisioner(layout: Layout, view: View | None = None) -> NfsProvisioner:
+    return NfsProvisioner(NfsSource(SERVER, NFS_PATH, str(layout.export)), Export(str(layout.export)),
+                          view or View())
+
+
+def request(identity: ClaimIdentity, directory: str, pv_name: str = "pvc-new") -> ProvisionRequest:
+    claim = {"metadata": {"namespace": identity.namespace, "name": identity.name, "annotations": {"x": directory}},
+             "spec": {"accessModes": ["ReadWriteMany"]}}
+    sc = {"metadata": {"name": "nfs"}, "parameters": {"pathPattern": "${.PVC.annotations.x}"}}
+    return ProvisionRequest(claim, sc, pv_name)
+
+
+def volume(directory: str, name: str = "pvc-old", claim: ClaimIdentity | None = TEAM_A) -> Obj:
+    ref = {"namespace": claim.namespace, "name": claim.name} if claim else None
+    return {"metadata": {"name": name},
+            "spec": {"nfs": {"server": SERVER, "path": f"{NFS_PATH}/{directory}"}, "storageClassName": "nfs",
+                     "claimRef": ref}}
+
+
+def test_a_corrupt_record_refuses_the_directory_to_everyone(layout: Layout) -> None:
+    p = provisioner(layout)
+    p.provision(request(TEAM_A, "d"))
+    record_file(layout, "d").write_bytes(b"{garbage")
+    with pytest.raises(ProvisionFailed, match="not JSON") as exc:
+        p.provision(request(TEAM_A, "d"))
+    assert exc.value.final
+    notes = p.delete(volume("d"))
+    assert [n.reason for n in notes] == ["DirectoryRetained"] and (layout.export / "d").is_dir()
+
+
+def test_an_unusable_records_directory_fails_provisioning_without_touching_the_path(layout: Layout) -> None:
+    (layout.export / ".localpv").write_text("a file where the records directory belongs")
+    with pytest.raises(ProvisionFailed, match="ownership records") as exc:
+        provisioner(layout).provision(request(TEAM_A, "d"))
+    assert not exc.value.final
+    assert not (layout.export / "d").exists()
+
+
+def test_a_static_pv_of_a_parent_directory_blocks_a_claim_inside_it(layout: Layout) -> None:
+    p = provisioner(layout, View([volume("backups", "static-backups", claim=None)]))
+    with pytest.raises(ProvisionFailed, match="is inside 'backups', the directory of PV static-backups"):
+        p.provision(request(TEAM_A, "backups/db"))
+    assert not (layout.export / "backups").exists()
+
+
+def test_a_pv_of_the_whole_export_blocks_nothing(layout: Layout) -> None:
+    whole = volume("x", "whole", claim=None)
+    whole["spec"]["nfs"]["path"] = NFS_PATH
+    provisioner(layout, View([whole])).provision(request(TEAM_A, "d"))
+    assert (layout.export / "d").is_dir()
+
+
+@pytest.mark.parametrize(("basename", "retained"), [("team-a-db-pvc-old", False), ("team-a-db-pvc-other", True),
+                                                     ("pvc-old", True)])
+def test_an_unrecorded_directory_is_released_only_under_upstreams_default_name_for_this_pv(
+        layout: Layout, basename: str, retained: bool) -> None:
+    """``<namespace>-<claim>-<pv>`` ends with the PV's name, ``pvc-<claim uid>``: made for this PV
+    before records existed, as nobody could know the uid beforehand."""
+    (layout.export / basename).mkdir()
+    notes = provisioner(layout).delete(volume(basename, "pvc-old"))
+    assert (layout.export / basename).exists() is retained
+    assert [n.reason for n in notes] == (["DirectoryRetained"] if retained else [])
+
+
+def test_a_directory_that_appears_between_the_check_and_mkdir_is_not_handed_over(
+        layout: Layout, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = provisioner(layout)
+    real_exists = p.export.exists
+
+    def racing_exists(parts: Any) -> bool:
+        found = real_exists(parts)
+        (layout.export / "d").mkdir(exist_ok=True)  # someone else makes it right after the check
+        return found
+
+    monkeypatch.setattr(p.export, "exists", racing_exists)
+    with pytest.raises(ProvisionFailed, match="appeared") as exc:
+        p.provision(request(TEAM_A, "d"))
+    assert not exc.value.final
+    assert p.owners.read(["d"]) is None  # the record written for a new directory is taken back
