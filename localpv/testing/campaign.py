@@ -45,6 +45,8 @@ from typing import Any
 
 import yaml
 
+from localpv.nfs.ownership import RECORDS_DIRECTORY
+from localpv.nfs.pathpattern import RESERVED_DIRECTORY
 from localpv.testing.apiserver import ApiServer
 from localpv.testing.hostfs import Mounter
 from localpv.testing.objects import claim, node, storage_class
@@ -317,7 +319,7 @@ class AgentCampaign(_Campaign):
 # =========================================================================== NFS
 
 
-HOSTILE_PATHS = ("..", "../..", "../outside", "/etc", "a/../../b", ".", "x/./y", "ok/../..")
+HOSTILE_PATHS = ("..", "../..", "../outside", "/etc", "a/../../b", ".", "x/./y", "ok/../..", "archived-vol-1")
 NFS_PROVISIONER = "campaign.example/nfs"
 NFS_PATH = "/exports"
 
@@ -437,7 +439,10 @@ class NfsCampaign(_Campaign):
         return None
 
     def _all_clean(self) -> str | None:
+        """No PV, no volume directory and no ownership record left (namespace directories may stay)."""
         if self.server.list("v1", "PersistentVolume"):
             return "PVs left"
-        leftovers = [p for p, (kind, _) in _tree(self.export).items() if "/" in p or kind != "dir"]
-        return f"volume directories left: {leftovers[:5]}" if leftovers else None
+        bookkeeping = {RESERVED_DIRECTORY, "/".join(RECORDS_DIRECTORY)}
+        leftovers = [p for p, (kind, _) in _tree(self.export).items()
+                     if ("/" in p or kind != "dir") and not (kind == "dir" and p in bookkeeping)]
+        return f"volume directories or ownership records left: {leftovers[:5]}" if leftovers else None
