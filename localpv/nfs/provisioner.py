@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import logging
 import posixpath
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -152,6 +153,9 @@ class NfsProvisioner:
         self.export = export
         self.view = view
         self.owners = OwnershipStore(export)
+        # Deciding who owns a directory and acting on it is one step: the controller's workers
+        # run in parallel, and two claims naming one path must not both see it free.
+        self._ownership = threading.Lock()
 
     # ------------------------------------------------------------------ provision
 
@@ -161,7 +165,8 @@ class NfsProvisioner:
         sub = self._claim_subpath(request)
         claimant = self._claimant(request)
         try:
-            created = self._take_directory(sub, claimant, request.pv_name)
+            with self._ownership:
+                created = self._take_directory(sub, claimant, request.pv_name)
         except NotOwned as err:
             raise ProvisionFailed(f"refusing the directory path: {_fields(sub)}: {err}", final=True,
                                   unsafe_path=True) from err
@@ -345,7 +350,8 @@ class NfsProvisioner:
         if users:
             return [Note(WARNING, "DirectoryRetained",
                          f"directory {sub.relative!r} is not {action.value}d: {_names(users)} still use(s) it")]
-        refusal = self._release_refusal(sub, claimant, name)
+        with self._ownership:
+            refusal = self._release_refusal(sub, claimant, name)
         if refusal is not None:
             return [Note(WARNING, "DirectoryRetained", f"directory {sub.relative!r} is not {action.value}d: {refusal}")]
         notes = self._dispose(sub, action, name)
@@ -377,10 +383,16 @@ class NfsProvisioner:
                 "garbage")
 
     def _forget(self, sub: SubPath) -> None:
-        """Drop the record of a directory that is gone; a failure leaves a harmless stale record."""
+        """Drop the record of a directory that is gone; a failure leaves a harmless stale record.
+
+        Disposing runs unlocked (``rm -rf`` may take long), so the path may have been made
+        again meanwhile, for a new claim: its record is then not ours to drop.
+        """
         try:
-            self.owners.forget(sub.parts)
-        except RecordError as err:
+            with self._ownership:
+                if not self.export.exists(sub.parts):
+                    self.owners.forget(sub.parts)
+        except (RecordError, UnsafeDirectory, OSError) as err:
             log.warning("could not remove the ownership record of %r: %s", sub.relative, err)
 
     def _dispose(self, sub: SubPath, action: params.OnDelete, pv_name: str) -> list[Note]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -255,3 +256,57 @@ def test_a_directory_that_appears_between_the_check_and_mkdir_is_not_handed_over
         p.provision(request(TEAM_A, "d"))
     assert not exc.value.final
     assert p.owners.read(["d"]) is None  # the record written for a new directory is taken back
+
+
+def test_concurrent_claims_for_one_directory_give_it_to_one_and_record_that_one(
+        layout: Layout, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller runs several workers: checking, recording and making must be one step,
+    or the slower worker's take-back erases the winner's record (or the loser's record stays)."""
+    p = provisioner(layout)
+    real_make = p.export.make_directory
+    first_may_go = threading.Event()
+
+    def slow_for_the_first(parts: Any, mode: int) -> bool:
+        if threading.current_thread().name == "first":
+            first_may_go.wait(2.0)
+        return real_make(parts, mode)
+
+    monkeypatch.setattr(p.export, "make_directory", slow_for_the_first)
+    outcome: dict[str, str] = {}
+
+    def attempt(identity: ClaimIdentity) -> None:
+        try:
+            p.provision(request(identity, "d"))
+            outcome[threading.current_thread().name] = "bound"
+        except ProvisionFailed as err:
+            outcome[threading.current_thread().name] = str(err)
+
+    first = threading.Thread(target=attempt, args=(TEAM_A,), name="first")
+    second = threading.Thread(target=attempt, args=(TEAM_B,), name="second")
+    first.start()
+    threading.Event().wait(0.1)  # the first is inside, waiting to mkdir
+    second.start()
+    second.join(0.5)
+    first_may_go.set()
+    first.join()
+    second.join()
+
+    winners = [name for name, result in outcome.items() if result == "bound"]
+    assert winners == ["first"], outcome
+    assert "team-a/db" in outcome["second"]
+    assert p.owners.read(["d"]) == OwnerRecord("d", TEAM_A, "nfs", shared=False)
+
+
+def test_releasing_never_forgets_the_record_of_a_directory_made_again_meanwhile(layout: Layout) -> None:
+    p = provisioner(layout)
+    p.provision(request(TEAM_A, "d"))
+    real_remove = p.export.remove
+
+    def remove_then_someone_claims_it_again(parts: Any) -> bool:
+        removed = real_remove(parts)
+        p.provision(request(TEAM_B, "d"))  # a fresh empty directory is anyone's
+        return removed
+
+    p.export.remove = remove_then_someone_claims_it_again  # type: ignore[method-assign]
+    p.delete(volume("d", claim=TEAM_A))
+    assert p.owners.read(["d"]) == OwnerRecord("d", TEAM_B, "nfs", shared=False)
