@@ -168,14 +168,32 @@ class Export:
         except FileNotFoundError:
             return False
 
-    def list_files(self, parts: Sequence[str]) -> list[str]:
-        """Names in directory ``parts`` (none if it is absent), temporaries left out."""
-        _require_plain(parts)
+    def find_files(self, parts: Sequence[str], name: str) -> list[tuple[str, ...]]:
+        """Directories strictly below ``parts`` holding an entry ``name``, relative to ``parts``.
+
+        Only that subtree is walked (fd-relative, entering no link), so the cost is what lies
+        below ``parts``, not the size of the export. None if ``parts`` is absent.
+        """
+        _require_plain([*parts, name])
         try:
             with self._walk(parts, create=False) as walk:
-                return sorted(n for n in os.listdir(walk.fds[-1]) if not n.endswith(TEMPORARY_SUFFIX))
+                return sorted(_find(walk.fds[-1], name, (), len(parts)))
         except FileNotFoundError:
             return []
+
+    def remove_empty_directory(self, parts: Sequence[str]) -> bool:
+        """``rmdir`` (never recursive); False if the directory is not empty or already gone."""
+        _require_plain(parts)
+        try:
+            with self._walk(parts[:-1], create=False) as walk:
+                os.rmdir(parts[-1], dir_fd=walk.fds[-1])
+                return True
+        except FileNotFoundError:
+            return False
+        except OSError as err:
+            if err.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False
+            raise
 
     # ------------------------------------------------------------------ internals
 
@@ -250,6 +268,32 @@ def _open_child(parent: int, name: str, index: int) -> int:
         except OSError:
             mode = 0
         raise UnsafeDirectory(index, name, _kind(mode)) from err
+
+
+def _find(directory: int, name: str, here: tuple[str, ...], depth: int) -> Iterator[tuple[str, ...]]:
+    """Subdirectories of ``directory`` (recursively, not following links) holding ``name``."""
+    with os.scandir(directory) as entries:
+        children = [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+    for child in children:
+        try:
+            fd = _open_child(directory, child, depth)
+        except FileNotFoundError:
+            continue  # removed since the listing
+        try:
+            path = (*here, child)
+            if _has_entry(fd, name):
+                yield path
+            yield from _find(fd, name, path, depth + 1)
+        finally:
+            os.close(fd)
+
+
+def _has_entry(directory: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _open_file(directory: int, name: str, index: int, flags: int) -> int:

@@ -8,7 +8,9 @@ namespace's data, and its release with ``onDelete: delete`` erased it.
 A directory belongs to the claim *identity* it was made for: namespace and name. A re-created
 claim has a new uid but the same identity, so upstream's reuse keeps working for it and for
 no one else. Each directory's owner is one small record in ``.localpv/owners/`` at the top of
-the export, keyed by a hash of the directory's path. That is outside every tenant directory: a
+the export, in a tree that mirrors the directory's path one hashed segment per level (so the
+records on, above and below a directory are found without reading the others, and any path
+fits: a segment may be 255 bytes of anything). That is outside every tenant directory: a
 tenant mounts only its own directory, so it can neither forge nor remove a record (a record
 inside the tenant's directory could be both). Records are read and replaced through
 :class:`~localpv.nfs.export.Export` (fd-relative, no links followed, atomic rename).
@@ -33,6 +35,9 @@ from localpv.nfs.pathpattern import RESERVED_DIRECTORY
 
 #: Where the records live, below the export root.
 RECORDS_DIRECTORY = (RESERVED_DIRECTORY, "owners")
+
+#: The record's file name in its mirror directory; never a mirror directory's (64 hex digits).
+RECORD_FILE = "record"
 
 #: A record holds a path of at most 4096 bytes and a few names; anything bigger was not written by us.
 MAX_RECORD_BYTES = 16 * 1024
@@ -159,37 +164,34 @@ def decode(data: bytes, where: str) -> OwnerRecord:
                        body["shared"])
 
 
-def record_name(path: str) -> str:
-    """The record's file name: fixed length whatever the path (which may be 4096 bytes)."""
-    return hashlib.sha256(path.encode()).hexdigest()
+def record_location(parts: Sequence[str]) -> tuple[str, ...]:
+    """The mirror directory holding the record of directory ``parts``, from the export root."""
+    return (*RECORDS_DIRECTORY, *(hashlib.sha256(segment.encode()).hexdigest() for segment in parts))
 
 
 class OwnershipStore:
-    """The records on the export. Only the leader writes (one writer, so check-then-write holds)."""
+    """The records on the export. Only the leader writes, and its provisioner serialises the
+    check-then-write, so a record is never decided on by two writers at once."""
 
     def __init__(self, export: Export) -> None:
         self.export = export
 
     def read(self, parts: Sequence[str]) -> OwnerRecord | None:
         """The record of directory ``parts``; None if it has none."""
-        path = "/".join(parts)
-        name = record_name(path)
-        with _guard():
-            data = self.export.read_file(RECORDS_DIRECTORY, name, MAX_RECORD_BYTES)
-        if data is None:
-            return None
-        record = decode(data, _shown(name))
-        if record.path != path:
-            raise CorruptRecord(f"ownership record {_shown(name)} names {record.path!r}, not {path!r}")
-        return record
+        return self._load(record_location(parts))
 
     def write(self, record: OwnerRecord) -> None:
         with _guard():
-            self.export.write_file(RECORDS_DIRECTORY, record_name(record.path), encode(record))
+            self.export.write_file(record_location(record.path.split("/")), RECORD_FILE, encode(record))
 
     def forget(self, parts: Sequence[str]) -> None:
+        """Remove the record, then the mirror directories it leaves empty."""
+        location = record_location(parts)
         with _guard():
-            self.export.remove_file(RECORDS_DIRECTORY, record_name("/".join(parts)))
+            self.export.remove_file(location, RECORD_FILE)
+            for depth in range(len(location), len(RECORDS_DIRECTORY), -1):
+                if not self.export.remove_empty_directory(location[:depth]):
+                    break
 
     def lineage(self, parts: Sequence[str]) -> list[OwnerRecord]:
         """The records of ``parts`` and of each directory above it, top first."""
@@ -201,26 +203,25 @@ class OwnershipStore:
         return [*self.lineage(parts), *self.below(parts)]
 
     def below(self, parts: Sequence[str]) -> list[OwnerRecord]:
-        """The records of directories strictly inside ``parts`` (reads every record: call rarely)."""
-        prefix = "/".join(parts) + "/"
-        return [record for record in self._all() if record.path.startswith(prefix)]
-
-    def _all(self) -> Iterator[OwnerRecord]:
+        """The records of directories strictly inside ``parts`` (only that part of the mirror is read)."""
+        location = record_location(parts)
         with _guard():
-            names = self.export.list_files(RECORDS_DIRECTORY)
-        for name in names:
-            with _guard():
-                data = self.export.read_file(RECORDS_DIRECTORY, name, MAX_RECORD_BYTES)
-            if data is None:
-                continue  # removed since the listing
-            record = decode(data, _shown(name))
-            if record_name(record.path) != name:
-                raise CorruptRecord(f"ownership record {_shown(name)} names {record.path!r}, which is not its key")
-            yield record
+            found = self.export.find_files(location, RECORD_FILE)
+        records = (self._load((*location, *relative)) for relative in found)
+        return [record for record in records if record is not None]
 
-
-def _shown(name: str) -> str:
-    return "/".join((*RECORDS_DIRECTORY, name))
+    def _load(self, location: tuple[str, ...]) -> OwnerRecord | None:
+        """The record at ``location``; it must name the path whose place that is (a record copied
+        elsewhere by hand proves nothing about the directory there)."""
+        shown = "/".join((*location, RECORD_FILE))
+        with _guard():
+            data = self.export.read_file(location, RECORD_FILE, MAX_RECORD_BYTES)
+        if data is None:
+            return None
+        record = decode(data, shown)
+        if record_location(record.path.split("/")) != location:
+            raise CorruptRecord(f"ownership record {shown} names {record.path!r}, which is not its place")
+        return record
 
 
 @contextmanager

@@ -45,7 +45,6 @@ from typing import Any
 
 import yaml
 
-from localpv.nfs.ownership import RECORDS_DIRECTORY
 from localpv.nfs.pathpattern import RESERVED_DIRECTORY
 from localpv.testing.apiserver import ApiServer
 from localpv.testing.hostfs import Mounter
@@ -442,7 +441,6 @@ class NfsCampaign(_Campaign):
         """No PV, no volume directory and no ownership record left (namespace directories may stay)."""
         if self.server.list("v1", "PersistentVolume"):
             return "PVs left"
-        bookkeeping = {RESERVED_DIRECTORY, "/".join(RECORDS_DIRECTORY)}
         leftovers = [p for p, (kind, _) in _tree(self.export).items()
-                     if ("/" in p or kind != "dir") and not (kind == "dir" and p in bookkeeping)]
+                     if kind != "dir" or ("/" in p and p.split("/")[0] != RESERVED_DIRECTORY)]
         return f"volume directories or ownership records left: {leftovers[:5]}" if leftovers else None

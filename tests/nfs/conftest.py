@@ -50,9 +50,8 @@ def volume_entries(root: Path) -> list[str]:
 
 
 def records(root: Path) -> list[str]:
-    """The ownership records on the export (one per directory a claim owns)."""
-    owners = root / RESERVED / "owners"
-    return sorted(os.listdir(owners)) if owners.is_dir() else []
+    """The files among the ownership records on the export (one per directory a claim owns)."""
+    return sorted(str(p.relative_to(root)) for p in (root / RESERVED).rglob("*") if not p.is_dir())
 
 
 @dataclass

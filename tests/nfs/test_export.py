@@ -206,13 +206,13 @@ def test_write_file_creates_a_private_directory_uncounted_and_replaces_atomicall
     assert os.listdir(layout.export / ".localpv" / "owners") == ["rec"]
     assert mode(layout.export / ".localpv" / "owners" / "rec") == 0o600
     assert made == []  # not a volume directory: the directories-created metric is not moved
-    assert export.list_files([".localpv", "owners"]) == ["rec"]
 
 
 def test_read_and_remove_of_absent_files_and_directories(export: Export) -> None:
     assert export.read_file(["nope"], "rec", 100) is None
     assert export.remove_file(["nope"], "rec") is False
-    assert export.list_files(["nope"]) == []
+    assert export.find_files(["nope"], "rec") == []
+    assert export.remove_empty_directory(["nope"]) is False
     export.write_file(["d"], "rec", b"x")
     assert export.read_file(["d"], "other", 100) is None
     assert export.remove_file(["d"], "rec") is True
@@ -222,7 +222,6 @@ def test_read_and_remove_of_absent_files_and_directories(export: Export) -> None
 def test_remove_file_also_removes_a_temporary_left_by_an_interrupted_write(layout: Layout, export: Export) -> None:
     export.write_file(["d"], "rec", b"x")
     (layout.export / "d" / "rec.tmp").write_bytes(b"half")
-    assert export.list_files(["d"]) == ["rec"]
     export.remove_file(["d"], "rec")
     assert os.listdir(layout.export / "d") == []
 
@@ -257,3 +256,24 @@ def test_a_file_over_the_limit_is_refused(export: Export) -> None:
     with pytest.raises(OSError, match="larger than 100 bytes"):
         export.read_file(["d"], "rec", 100)
     assert export.read_file(["d"], "rec", 101) == b"x" * 101
+
+
+def test_find_files_walks_only_the_subtree_asked_for_and_enters_no_link(layout: Layout, export: Export) -> None:
+    for where in (["m"], ["m", "a"], ["m", "a", "b"], ["m", "c"], ["other", "x"]):
+        export.write_file(where, "rec", b"x")
+    (layout.export / "m" / "empty").mkdir()
+    (layout.outside / "rec").write_text("decoy")
+    os.symlink(layout.outside, layout.export / "m" / "c" / "link")
+    assert export.find_files(["m"], "rec") == [("a",), ("a", "b"), ("c",)]
+    assert export.find_files(["m", "a"], "rec") == [("b",)]
+    assert export.find_files(["m", "a", "b"], "rec") == []
+
+
+def test_remove_empty_directory_never_removes_contents(layout: Layout, export: Export) -> None:
+    export.write_file(["d", "e"], "rec", b"x")
+    assert export.remove_empty_directory(["d"]) is False
+    assert export.remove_empty_directory(["d", "e"]) is False
+    export.remove_file(["d", "e"], "rec")
+    assert export.remove_empty_directory(["d", "e"]) is True
+    assert export.remove_empty_directory(["d"]) is True
+    assert os.listdir(layout.export) == []

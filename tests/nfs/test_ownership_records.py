@@ -14,7 +14,7 @@ import pytest
 
 from localpv.nfs.export import Export
 from localpv.nfs.ownership import (
-    RECORDS_DIRECTORY,
+    RECORD_FILE,
     Claimant,
     ClaimIdentity,
     CorruptRecord,
@@ -24,7 +24,7 @@ from localpv.nfs.ownership import (
     decode,
     encode,
     placement,
-    record_name,
+    record_location,
 )
 from localpv.nfs.provisioner import NfsProvisioner, NfsSource, ProvisionFailed, ProvisionRequest
 from tests.nfs.conftest import NFS_PATH, SERVER, Layout
@@ -41,7 +41,11 @@ def store(layout: Layout) -> OwnershipStore:
 
 
 def record_file(layout: Layout, path: str) -> Path:
-    return layout.export.joinpath(*RECORDS_DIRECTORY, record_name(path))
+    return layout.export.joinpath(*record_location(path.split("/")), RECORD_FILE)
+
+
+def all_records(layout: Layout) -> list[str]:
+    return sorted(str(p.relative_to(layout.export)) for p in (layout.export / ".localpv").rglob(RECORD_FILE))
 
 
 # ---------------------------------------------------------------- identities and rules
@@ -120,17 +124,21 @@ def test_records_live_in_the_reserved_directory_one_per_path(layout: Layout, sto
     assert [r.path for r in store.below(["a"])] == ["a/b/c"]
     assert store.below(["a", "b", "c"]) == []
     assert [r.path for r in store.around(["a", "b"])] == ["a", "a/b/c"]
+    assert all_records(layout) == sorted(str(record_file(layout, p).relative_to(layout.export)) for p in ("a", "a/b/c"))
     store.forget(["a"])
-    assert store.read(["a"]) is None and os.listdir(layout.export.joinpath(*RECORDS_DIRECTORY)) == [
-        record_name("a/b/c")]
+    assert store.read(["a"]) is None and store.read(["a", "b", "c"]) is not None
+    store.forget(["a", "b", "c"])
+    assert all_records(layout) == [] and os.listdir(layout.export / ".localpv" / "owners") == []
 
 
 def test_a_record_copied_to_another_directorys_key_is_corrupt(layout: Layout, store: OwnershipStore) -> None:
     store.write(OwnerRecord("mine", TEAM_B, "nfs", shared=False))
-    os.rename(record_file(layout, "mine"), record_file(layout, "theirs"))
+    theirs = record_file(layout, "x/theirs")
+    theirs.parent.mkdir(parents=True)
+    os.rename(record_file(layout, "mine"), theirs)
     with pytest.raises(CorruptRecord, match="names 'mine'"):
-        store.read(["theirs"])
-    with pytest.raises(CorruptRecord, match="not its key"):
+        store.read(["x", "theirs"])
+    with pytest.raises(CorruptRecord, match="not its place"):
         store.below(["x"])
 
 
@@ -139,15 +147,17 @@ def test_links_planted_among_the_records_are_refused(layout: Layout, store: Owne
     decoy = layout.outside / "decoy"
     decoy.mkdir()
     forged = encode(OwnerRecord("d", TEAM_B, "nfs", shared=False))
-    (decoy / record_name("d")).write_bytes(forged)
+    location = record_location(["d"])
+    decoy.joinpath(*location[1:]).mkdir(parents=True)
+    decoy.joinpath(*location[1:], RECORD_FILE).write_bytes(forged)
     if plant == "reserved-link":
         os.symlink(decoy, layout.export / ".localpv")
     elif plant == "owners-link":
         (layout.export / ".localpv").mkdir()
-        os.symlink(decoy, layout.export / ".localpv" / "owners")
+        os.symlink(decoy / "owners", layout.export / ".localpv" / "owners")
     else:
-        layout.export.joinpath(*RECORDS_DIRECTORY).mkdir(parents=True)
-        os.symlink(decoy / record_name("d"), record_file(layout, "d"))
+        record_file(layout, "d").parent.mkdir(parents=True)
+        os.symlink(decoy.joinpath(*location[1:], RECORD_FILE), record_file(layout, "d"))
     before = layout.outside_snapshot()
     with pytest.raises(RecordError, match="symbolic link"):
         store.read(["d"])
