@@ -31,6 +31,7 @@ from localpv.testing.hostfs import LoopDevices, Mounter
 from localpv.testing.objects import claim, node
 from tests.conftest import wait_for
 from tests.helm.chart import NAMESPACE, Install, run_helm
+from tests.nfs.conftest import records, volume_entries
 
 Obj = dict[str, Any]
 NODE = "node-1"
@@ -214,10 +215,10 @@ def test_nfs_lifecycle_needs_nothing_beyond_the_charts_rbac(charts: dict[str, In
             pv_name = wait_for(lambda: (c := server.get("v1", "PersistentVolumeClaim", "data", NAMESPACE))
                                and c.get("status", {}).get("phase") == "Bound" and c["spec"]["volumeName"],
                                what="claim bound")
-            assert any(export.iterdir())
+            assert volume_entries(export) and records(export)
             server.delete("v1", "PersistentVolumeClaim", "data", NAMESPACE)
             wait_for(lambda: server.get("v1", "PersistentVolume", str(pv_name)) is None, what="PV deleted")
-            assert not any(export.iterdir())  # onDelete: delete
+            assert volume_entries(export) == [] and records(export) == []  # onDelete: delete
         finally:
             replica.stop()
         sa = deploy["spec"]["template"]["spec"]["serviceAccountName"]
