@@ -2,16 +2,39 @@
 that write data, an API server that misbehaves, and `kill -9` at random instants.
 
 Each cycle turns on a random mix of API faults (dropped watches, 410 on resume, 20 % 5xx
-on writes, 409 storms, 300 ms latency, an API-server restart), lets simulated tenants
-claim, write to and release volumes, and kills the agent with SIGKILL at a random
-instant (then starts it again). Invariants are checked continuously, and any violation
-stops the campaign with an exception naming it:
+on writes, 409 storms, 300 ms latency, an API-server restart) and lets simulated tenants
+claim, write to and release volumes. What else happens depends on the cycle's kind, drawn
+from a generator seeded by the campaign's seed alone (the same seed, the same kinds):
 
-* ``duplicate``      - never two PVs for one volume path;
-* ``offered-dirty``  - a PV that becomes Available offers an empty volume (the previous
-  tenant's data was wiped first);
+* ``faults``       - the agent is SIGKILLed at a random instant and started again;
+* ``reapply-down`` / ``reapply-up`` - a Bound-then-released or Released PV is deleted and
+  applied again as a GitOps tool would (same name, labels, annotations and spec, no
+  claimRef, a new uid), with the agent SIGKILLed for the while or running;
+* ``hostdir``      - the class's hostDir (and its mountDir, through a symlink) changes to
+  another spelling of the same directory; the agent is SIGKILLed the instant a claim is
+  made (a config rollout does not wait for a quiet moment), tenants go on without it, it
+  is started with the new config, and the PVs naming the old paths are deleted by hand,
+  before the start or after it (alternately);
+* ``state-loss``   - with the agent SIGKILLed, everything in its state dir (journal.json and
+  the rest) is removed; every other such cycle the Released PV of a volume its tenant just
+  left is deleted meanwhile too; the agent is started again.
+
+Invariants are checked on every tick (every 20 ms, during the identity changes as much
+as between them), and any violation stops the campaign with an exception naming it:
+
+* ``duplicate``      - never two PVs for one volume, under either spelling of its path;
+* ``offered-dirty``  - no PV is Available while its volume holds a previous tenant's data.
+  One residual window is allowed, because no agent can close it: a PV the campaign
+  re-applied itself is on offer from the moment it is applied until the agent acts on it
+  (while the agent is down or starting, that is until its first pass). Such a PV counts
+  as a violation only once it stayed Available over a dirty volume longer than ``grace``
+  (2 s) after the agent was up - its /healthz no longer says "starting" - or after it was
+  applied, whichever is later. The report gives the longest such exposure, in all and
+  after the agent was up;
 * ``cleaned-while-bound`` - a tenant's data is never removed while its claim is bound;
 * ``eventually-clean`` - after the faults stop, every volume is offered again, empty.
+
+What the campaign did and when is written to ``campaign.log`` next to the agent's log.
 
 :class:`NfsCampaign` does the same for ``localpv nfs``: two leader-elected replicas (real
 processes, one SIGKILLed at a random instant per cycle), claims in bursts - some with
@@ -32,13 +55,17 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,14 +73,23 @@ from typing import Any
 import yaml
 
 from localpv.nfs.pathpattern import RESERVED_DIRECTORY
-from localpv.testing.apiserver import ApiServer
+from localpv.testing.apiserver import ApiError, ApiServer
 from localpv.testing.hostfs import Mounter
 from localpv.testing.objects import claim, node, storage_class
 
 NODE = "campaign-node"
 CLASS = "local-fs"
 HOST_DIR = "/mnt/disks"
+#: Another spelling of the same directory, for the ``hostdir`` cycles.
+ALIAS_HOST_DIR = "/mnt/disks-alias"
 FAULTS = ("drop-watches", "gone", "write-5xx", "conflicts", "latency", "restart")
+#: The agent campaign's kinds of cycle, with the weight of each in the seeded draw.
+CYCLE_KINDS = {"faults": 10, "reapply-down": 3, "reapply-up": 3, "hostdir": 2, "state-loss": 3}
+#: How long a PV the campaign re-applied may stay on offer over a dirty volume once the
+#: agent is up (has completed a pass) before that counts as ``offered-dirty``.
+REAPPLY_GRACE = 2.0
+#: Agent events counted in the report (each says one of the identity rules acted).
+AGENT_EVENTS = ("VolumeRetracted", "VolumeMoved", "JournalRecovering", "VolumeNotCleaned", "VolumeSuspect")
 
 
 class Violation(AssertionError):
@@ -72,11 +108,31 @@ class CampaignReport:
     checks: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
+    #: Agent campaign only: cycles of each kind, and what the identity cycles did.
+    kinds: Counter[str] = field(default_factory=Counter)
+    reapplied: int = 0
+    reapply_raced: int = 0
+    host_dir_changes: int = 0
+    lost_with_pv_deleted: int = 0
+    #: Longest time a re-applied PV was seen on offer over a dirty volume: in all, and
+    #: counted from when the agent was up (what the grace bounds).
+    reapplied_offer_max: float = 0.0
+    reapplied_after_up_max: float = 0.0
+    agent_events: Counter[str] = field(default_factory=Counter)
 
     def summary(self) -> str:
         faults = ", ".join(f"{k} x{v}" for k, v in sorted(self.faults.items()))
-        return (f"{self.cycles} cycles, {self.kills} SIGKILLs, {self.tenants} tenants served, "
+        text = (f"{self.cycles} cycles, {self.kills} SIGKILLs, {self.tenants} tenants served, "
                 f"{self.checks} invariant checks, faults: {faults}; {self.seconds:.0f} s")
+        if self.kinds:
+            kinds = ", ".join(f"{k} x{v}" for k, v in sorted(self.kinds.items()))
+            events = ", ".join(f"{k} x{v}" for k, v in sorted(self.agent_events.items())) or "none"
+            text += (f"\ncycle kinds: {kinds}; {self.reapplied} PVs re-applied ({self.reapply_raced} lost the race "
+                     f"to the agent's own offer), {self.host_dir_changes} hostDir changes, state dir lost "
+                     f"{self.kinds['state-loss']} times ({self.lost_with_pv_deleted} with a Released PV deleted too)"
+                     f"\nre-applied PVs on offer over dirty volumes: at most {self.reapplied_offer_max:.2f} s in all, "
+                     f"{self.reapplied_after_up_max:.2f} s after the agent was up; agent events: {events}")
+        return text
 
 
 def inject_faults(server: ApiServer, faults: list[str], report: CampaignReport) -> None:
@@ -107,10 +163,11 @@ class _Volume:
     claim_name: str = ""
     marker: Path | None = None
     since: float = 0.0
+    host_dir: str = HOST_DIR
 
     @property
     def host_path(self) -> str:
-        return f"{HOST_DIR}/v{self.index}"
+        return f"{self.host_dir}/v{self.index}"
 
 
 class _Campaign:
@@ -215,32 +272,275 @@ class _Campaign:
 
 
 class AgentCampaign(_Campaign):
-    """The node agent campaign; :meth:`run` returns a report or raises :class:`Violation`."""
+    """The node agent campaign; :meth:`run` returns a report or raises :class:`Violation`.
+
+    ``forced`` names the kinds of the first cycles (the reduced CI run forces one of
+    each); later cycles draw theirs from :data:`CYCLE_KINDS` with a generator seeded
+    from ``seed`` alone, so a seed always gives the same sequence of kinds.
+    """
 
     def __init__(self, workdir: Path, *, volumes: int = 4, cycles: int = 5, cycle_seconds: float = 3.0,
-                 kill: bool = True, seed: int = 1, settle_timeout: float = 60.0) -> None:
+                 kill: bool = True, seed: int = 1, settle_timeout: float = 60.0, grace: float = REAPPLY_GRACE,
+                 forced: Sequence[str] = ()) -> None:
         super().__init__(workdir, cycles=cycles, cycle_seconds=cycle_seconds, seed=seed,
                          settle_timeout=settle_timeout, kill=kill)
+        unknown = [k for k in forced if k not in CYCLE_KINDS]
+        if unknown:
+            raise ValueError(f"unknown cycle kinds {unknown}; expected some of {list(CYCLE_KINDS)}")
         self.mounter = Mounter()
         self.volumes = [_Volume(i, workdir / "discovery" / f"v{i}") for i in range(volumes)]
+        self._by_path = {f"{d}/v{v.index}": v for d in (HOST_DIR, ALIAS_HOST_DIR) for v in self.volumes}
         self._claims = 0
+        self.grace = grace
+        kinds_rng = random.Random(f"cycle-kinds-{seed}")
+        weights = [CYCLE_KINDS[k] for k in CYCLE_KINDS]
+        self.schedule = [*forced, *kinds_rng.choices(list(CYCLE_KINDS), weights, k=max(0, cycles - len(forced)))]
+        self.host_dir = HOST_DIR
+        self.state_dir = workdir / "state"
+        self._config = workdir / "config.yaml"
+        self._port = 0
+        self._faults: list[str] = []
+        self._next_drop = 0.0
+        #: When the running agent completed its first pass (None: down or starting).
+        self._agent_up_at: float | None = None
+        #: uid -> when the campaign applied that PV itself; and since when each was seen on offer dirty.
+        self._reapplied: dict[str, float] = {}
+        self._dirty_since: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ setup and processes
 
     def _setup(self) -> dict[str, list[str]]:
         self.server.create(node(NODE))
         self.server.create(storage_class(CLASS))
         for volume in self.volumes:
             self.mounter.tmpfs(volume.path, size=4 << 20)
+        (self.workdir / "discovery-alias").symlink_to(self.workdir / "discovery")
         kubeconfig = self.workdir / "kubeconfig"
         self.server.write_kubeconfig(str(kubeconfig))
-        config = self.workdir / "config.yaml"
-        config.write_text(yaml.safe_dump({"storageClassMap": {CLASS: {
-            "hostDir": HOST_DIR, "mountDir": str(self.workdir / "discovery")}}}))
-        return {"agent": [sys.executable, "-m", "localpv", "agent", "--config", str(config), "--node", NODE,
-                          "--kubeconfig", str(kubeconfig), "--listen-address", "127.0.0.1:0",
-                          "--state-dir", str(self.workdir / "state"), "--discovery-period", "1s"]}
+        self._write_config(HOST_DIR)
+        with socket.socket() as sock:  # a fixed port, so /healthz can be polled across restarts
+            sock.bind(("127.0.0.1", 0))
+            self._port = sock.getsockname()[1]
+        return {"agent": [sys.executable, "-m", "localpv", "agent", "--config", str(self._config), "--node", NODE,
+                          "--kubeconfig", str(kubeconfig), "--listen-address", f"127.0.0.1:{self._port}",
+                          "--state-dir", str(self.state_dir), "--discovery-period", "1s"]}
+
+    def _write_config(self, host_dir: str) -> None:
+        mount_dir = self.workdir / ("discovery" if host_dir == HOST_DIR else "discovery-alias")
+        self._config.write_text(yaml.safe_dump({"storageClassMap": {CLASS: {
+            "hostDir": host_dir, "mountDir": str(mount_dir)}}}))
 
     def _teardown(self) -> None:
         self.mounter.umount_all()
+
+    def _start(self, name: str) -> None:
+        super()._start(name)
+        self._agent_up_at = None
+        self._note("agent started")
+
+    def _sigkill(self, name: str) -> None:
+        super()._sigkill(name)
+        self._agent_up_at = None
+        self._note("agent SIGKILLed")
+
+    def _kill_agent(self) -> None:
+        self._sigkill("agent")
+        self.report.kills += 1
+
+    def _note(self, text: str) -> None:
+        """A line in ``campaign.log`` next to ``agent.log``: what the campaign did, and when."""
+        with open(self.workdir / "campaign.log", "a", encoding="utf-8") as log:
+            log.write(f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {text}\n")
+
+    def _poll_agent_up(self) -> None:
+        """Note when the (re)started agent has completed a pass: its /healthz stops saying "starting"."""
+        proc = self._procs.get("agent")
+        if self._agent_up_at is not None or proc is None or proc.poll() is not None:
+            return
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self._port}/healthz", timeout=0.5) as response:
+                body = response.read().decode()
+        except (OSError, ValueError):
+            return
+        if not body.startswith("starting"):
+            self._agent_up_at = time.monotonic()
+            self._note("agent up (first pass done)")
+
+    # ------------------------------------------------------------------ cycles
+
+    def _cycle(self) -> None:
+        kind = self.schedule[self.report.cycles] if self.report.cycles < len(self.schedule) else "faults"
+        self.report.kinds[kind] += 1
+        self._note(f"cycle {self.report.cycles}: {kind}")
+        if kind == "faults":
+            super()._cycle()
+            return
+        self._faults = self.rng.sample(FAULTS, k=self.rng.randint(1, 3))
+        self._note(f"faults {self._faults}")
+        inject_faults(self.server, self._faults, self.report)
+        start = time.monotonic()
+        end, self._next_drop = start + self.cycle_seconds, start + 1.0
+        if kind in ("reapply-down", "reapply-up"):
+            self._reapply_cycle(start, end, agent_down=kind == "reapply-down")
+        elif kind == "hostdir":
+            self._hostdir_cycle(start, end)
+        else:
+            self._state_loss_cycle(start, end)
+        self._run_until(end)
+        self.server.faults.reset()
+        self._faults = []
+
+    def _run_until(self, end: float, done: Callable[[], bool] | None = None) -> bool:
+        """Tick (checking the invariants) until ``end`` or until ``done()``; pace watch drops."""
+        while time.monotonic() < end:
+            self._tick()
+            if done is not None and done():
+                return True
+            now = time.monotonic()
+            if "drop-watches" in self._faults and now >= self._next_drop:
+                self.server.faults.drop_watches(abrupt=self.rng.random() < 0.5)
+                self._next_drop = now + 1.0
+            threading.Event().wait(self.tick_interval)
+        return False
+
+    def _run_for(self, seconds: float) -> None:
+        self._run_until(time.monotonic() + seconds)
+
+    def _reapply_cycle(self, start: float, end: float, *, agent_down: bool) -> None:
+        """Delete a Bound-then-released or Released PV and apply it again (new uid, no claimRef)."""
+        self._run_until(start + self.rng.uniform(0.2, 0.4) * self.cycle_seconds)
+        if not agent_down:
+            self._run_until(end + 20, lambda: self._agent_up_at is not None)
+        target: list[tuple[_Volume, dict[str, Any]]] = []
+
+        def candidate() -> bool:
+            pvs = self._pvs_by_path()
+            for volume in self.rng.sample(self.volumes, k=len(self.volumes)):
+                pv = (pvs.get(volume.host_path) or [{}])[0]
+                if volume.state in ("bound", "released") and \
+                        pv.get("status", {}).get("phase") in ("Bound", "Released"):
+                    target.append((volume, pv))
+                    return True
+            return False
+
+        if not candidate() and not self._run_until(end + 20, candidate):
+            raise Violation("campaign", "no Bound or Released PV to re-apply within 20 s")
+        volume, pv = target[-1]
+        if agent_down:
+            self._kill_agent()
+        if volume.state == "bound":
+            self._release(volume)
+        name = str(pv["metadata"]["name"])
+        current = self.server.get("v1", "PersistentVolume", name) or pv
+        try:
+            self.server.delete("v1", "PersistentVolume", name)
+        except ApiError as err:
+            if err.code != 404:
+                raise
+        fresh = {"apiVersion": "v1", "kind": "PersistentVolume",
+                 "metadata": {k: v for k, v in current["metadata"].items() if k in ("name", "labels", "annotations")},
+                 "spec": {k: v for k, v in current["spec"].items() if k != "claimRef"}}
+        try:
+            created = self.server.create(fresh)
+        except ApiError as err:  # the agent offered the volume again first (it had cleaned it)
+            if err.code != 409:
+                raise
+            self.report.reapply_raced += 1
+        else:
+            self._reapplied[str(created["metadata"]["uid"])] = time.monotonic()
+            self.report.reapplied += 1
+            self._note(f"PV {name} of {volume.host_path} ({volume.state}, holds {os.listdir(volume.path)}) deleted "
+                       f"(uid {current['metadata']['uid']}) and re-applied as uid {created['metadata']['uid']}")
+        if agent_down:
+            self._run_for(self.rng.uniform(0.2, 1.0))  # on offer with no agent to retract it
+            self._start("agent")
+
+    def _hostdir_cycle(self, start: float, end: float) -> None:
+        """The operator points the class at another spelling of the same directory (hostDir
+        and, through a symlink, mountDir) and the agent restarts with it; the PVs that name
+        the old paths are deleted by hand, before the restart or after it (alternately).
+
+        The agent goes down the instant a claim is made for a fresh PV (a config rollout
+        does not wait for a quiet moment), so that tenant binds, writes and leaves while no
+        agent watches; the others are released just before. Volumes are therefore dirty,
+        some already being cleaned, when the old PVs go.
+        """
+        self._run_until(start + self.rng.uniform(0.2, 0.4) * self.cycle_seconds)
+        claims = self._claims
+        self._run_until(end + 20, lambda: self._claims > claims)
+        self._kill_agent()
+        self._run_for(self.rng.uniform(0.5, 1.0))  # tenants go on without the agent
+        for volume in self.volumes:
+            if volume.state in ("bound", "claimed"):
+                self._release(volume)
+        old = self.host_dir
+        self.host_dir = ALIAS_HOST_DIR if old == HOST_DIR else HOST_DIR
+        self._write_config(self.host_dir)
+        delete_first = self.report.host_dir_changes % 2 == 0
+        if delete_first:
+            self._delete_pvs_under(old)
+        for volume in self.volumes:
+            volume.host_dir = self.host_dir
+        self._start("agent")
+        self.report.host_dir_changes += 1
+        self._note(f"hostDir {old} -> {self.host_dir}, agent started, old PVs deleted "
+                   f"{'before' if delete_first else 'after'} the start; volumes holding data: "
+                   f"{[v.index for v in self.volumes if os.listdir(v.path)]}")
+        if not delete_first:
+            self._run_for(self.rng.uniform(0.3, 1.0))
+            self._delete_pvs_under(old)
+
+    def _state_loss_cycle(self, start: float, end: float) -> None:
+        """The node's state dir is lost (re-imaged node, moved hostPath) while the agent is
+        down. Every other such cycle the operator also deletes, meanwhile, the Released PV of
+        a volume its tenant just left: a dirty volume with neither a PV nor a record."""
+        self._run_until(start + self.rng.uniform(0.2, 0.6) * self.cycle_seconds)
+        self._kill_agent()
+        for entry in os.scandir(self.state_dir):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        self._note("state dir emptied")
+        if self.report.kinds["state-loss"] % 2 == 1:
+            left: list[str] = []
+
+            def released() -> bool:
+                pvs = self._pvs_by_path()
+                for volume in self.volumes:
+                    pv = (pvs.get(volume.host_path) or [{}])[0]
+                    if volume.state == "released" and os.listdir(volume.path) and \
+                            pv.get("status", {}).get("phase") == "Released":
+                        left.append(str(pv["metadata"]["name"]))
+                        return True
+                return False
+
+            if released() or self._run_until(time.monotonic() + 3.0, released):
+                self._delete_pv(left[-1])
+                self.report.lost_with_pv_deleted += 1
+                self._note(f"Released PV {left[-1]} of a dirty volume deleted too")
+        self._start("agent")
+
+    def _release(self, volume: _Volume) -> None:
+        try:
+            self.server.delete("v1", "PersistentVolumeClaim", volume.claim_name, "default")
+        except ApiError as err:
+            if err.code != 404:
+                raise
+        volume.state, volume.marker = "released", None
+
+    def _delete_pv(self, name: str) -> None:
+        try:
+            self.server.delete("v1", "PersistentVolume", name)
+        except ApiError as err:
+            if err.code != 404:
+                raise
+
+    def _delete_pvs_under(self, host_dir: str) -> None:
+        for path, items in self._pvs_by_path().items():
+            if path.startswith(host_dir + "/"):
+                for pv in items:
+                    self._delete_pv(str(pv["metadata"]["name"]))
 
     # ------------------------------------------------------------------ tenants and invariants
 
@@ -250,12 +550,51 @@ class AgentCampaign(_Campaign):
             found.setdefault(pv["spec"]["local"]["path"], []).append(pv)
         return found
 
-    def _tick(self) -> None:
+    def _check(self) -> dict[str, list[dict[str, Any]]]:
+        """``duplicate`` and ``offered-dirty``, over every PV (old and new spellings alike)."""
+        self._poll_agent_up()
         pvs = self._pvs_by_path()
         self.report.checks += 1
+        now = time.monotonic()
+        per_volume: dict[int, list[str]] = {}
         for path, items in pvs.items():
-            if len(items) > 1:
-                raise Violation("duplicate", f"{path}: {[p['metadata']['name'] for p in items]}")
+            volume = self._by_path.get(path)
+            if volume is None:
+                continue
+            per_volume.setdefault(volume.index, []).extend(f"{p['metadata']['name']} ({path})" for p in items)
+            for pv in items:
+                if pv.get("status", {}).get("phase") == "Available":
+                    self._check_offer(volume, pv, now)
+        for names in per_volume.values():
+            if len(names) > 1:
+                raise Violation("duplicate", f"one volume published as {names}")
+        return pvs
+
+    def _check_offer(self, volume: _Volume, pv: dict[str, Any], now: float) -> None:
+        """An Available PV must offer an empty volume. The one exception is a PV the campaign
+        applied itself: it is on offer from the moment it is applied until the agent acts, so it
+        is a violation only once it stayed on offer dirty ``grace`` seconds after the agent was up."""
+        uid = str(pv["metadata"]["uid"])
+        left = os.listdir(volume.path)
+        if not left:
+            return
+        applied = self._reapplied.get(uid)
+        if applied is None:
+            raise Violation("offered-dirty", f"{pv['spec']['local']['path']} offered as {pv['metadata']['name']} "
+                                             f"(uid {uid}) still holds {left}")
+        since = self._dirty_since.setdefault(uid, now)
+        self.report.reapplied_offer_max = max(self.report.reapplied_offer_max, now - since)
+        if self._agent_up_at is None:
+            return  # nobody to retract it yet: the residual window the docstring names
+        exposure = now - max(applied, self._agent_up_at)
+        self.report.reapplied_after_up_max = max(self.report.reapplied_after_up_max, exposure)
+        if exposure > self.grace:
+            raise Violation("offered-dirty", f"{pv['spec']['local']['path']}: PV {pv['metadata']['name']} re-applied "
+                                             f"as uid {uid} is still on offer over {left} {exposure:.1f} s after "
+                                             "the agent was up")
+
+    def _tick(self) -> None:
+        pvs = self._check()
         for volume in self.volumes:
             found = pvs.get(volume.host_path)
             self._advance(volume, found[0] if found else None)
@@ -266,9 +605,8 @@ class AgentCampaign(_Campaign):
         if volume.state == "bound" and volume.marker is not None and not volume.marker.exists():
             raise Violation("cleaned-while-bound", f"{volume.host_path}: data of {volume.claim_name} vanished")
         if volume.state in ("idle", "released") and phase == "Available" and uid != volume.last_uid:
-            left = os.listdir(volume.path)
-            if left:
-                raise Violation("offered-dirty", f"{volume.host_path} offered as {uid} still holds {left}")
+            if os.listdir(volume.path):
+                return  # a re-applied PV within its grace (anything else raised in _check)
             volume.last_uid, volume.state = uid, "idle"
             self._claim(volume)
         elif volume.state == "claimed" and phase == "Bound" and \
@@ -278,8 +616,7 @@ class AgentCampaign(_Campaign):
             volume.state, volume.since = "bound", time.monotonic()
             self.report.tenants += 1
         elif volume.state == "bound" and time.monotonic() - volume.since > self.rng.uniform(0.1, 0.6):
-            self.server.delete("v1", "PersistentVolumeClaim", volume.claim_name, "default")
-            volume.state, volume.marker = "released", None
+            self._release(volume)
 
     def _claim(self, volume: _Volume) -> None:
         self._claims += 1
@@ -293,26 +630,25 @@ class AgentCampaign(_Campaign):
         """With the faults off, every volume must come back empty and Available."""
         deadline = time.monotonic() + self.settle_timeout
         while True:
-            pvs = self._pvs_by_path()
+            pvs = self._check()
             pending = []
             for volume in self.volumes:
                 pv = (pvs.get(volume.host_path) or [{}])[0]
                 phase = pv.get("status", {}).get("phase")
                 if volume.state == "bound" or (volume.state == "claimed" and phase == "Bound"):
-                    self.server.delete("v1", "PersistentVolumeClaim", volume.claim_name, "default")
-                    volume.state, volume.marker = "released", None
-                elif volume.state == "released" and phase == "Available":
-                    uid = pv["metadata"]["uid"]
-                    if uid != volume.last_uid and os.listdir(volume.path):
-                        raise Violation("offered-dirty", f"{volume.host_path} offered as {uid} still dirty")
-                    volume.state, volume.last_uid = "idle", uid
+                    self._release(volume)
+                elif volume.state == "released" and phase == "Available" and not os.listdir(volume.path):
+                    volume.state, volume.last_uid = "idle", pv["metadata"]["uid"]
                 if volume.state != "idle" or phase != "Available" or os.listdir(volume.path):
                     pending.append(f"{volume.host_path}: {volume.state}/{phase}")
             if not pending:
-                return
+                break
             if time.monotonic() > deadline:
                 raise Violation("eventually-clean", f"not Available and empty in time: {pending}")
             threading.Event().wait(0.05)
+        for event in self.server.list("v1", "Event"):
+            if event.get("reason") in AGENT_EVENTS:
+                self.report.agent_events[str(event["reason"])] += int(event.get("count") or 1)
 
 
 # =========================================================================== NFS
