@@ -11,12 +11,22 @@ from localpv.testing.campaign import AgentCampaign, NfsCampaign
 pytestmark = pytest.mark.root
 
 
-def test_agent_keeps_its_promises_under_faults_and_kill9(tmp_path: Path) -> None:
-    report = AgentCampaign(tmp_path, volumes=4, cycles=4, cycle_seconds=2.5, seed=7).run()
-    assert report.cycles == 4
-    assert report.kills == 4
+def test_agent_keeps_its_promises_under_faults_kill9_and_identity_changes(tmp_path: Path) -> None:
+    """One cycle of each kind: a PV re-applied with the agent down and with it up, the
+    class's hostDir changed to an alias, the state dir lost, API faults with kill -9.
+    Every tick checks that no PV is Available over a previous tenant's data."""
+    kinds = ("reapply-down", "reapply-up", "hostdir", "state-loss", "faults")
+    report = AgentCampaign(tmp_path, volumes=4, cycles=len(kinds), cycle_seconds=2.5, seed=7, forced=kinds).run()
+    assert report.cycles == len(kinds)
+    assert report.kinds == {kind: 1 for kind in kinds}
+    # reapply-down, hostdir and state-loss each kill the agent; the fault cycle does unless
+    # its random instant fell after its last tick
+    assert report.kills >= 3
+    assert report.lost_with_pv_deleted == 1, "the first state-loss cycle also deletes a dirty volume's PV"
+    assert report.reapplied + report.reapply_raced == 2 and report.reapplied >= 1
+    assert report.host_dir_changes == 1
     assert report.tenants >= 8, "the campaign must actually exercise the lifecycle"
-    assert sum(report.faults.values()) >= 4
+    assert sum(report.faults.values()) >= len(kinds)
 
 
 def test_nfs_provisioner_keeps_its_promises_under_faults_and_kill9(tmp_path: Path) -> None:
