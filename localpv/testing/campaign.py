@@ -28,7 +28,7 @@ as between them), and any violation stops the campaign with an exception naming 
   re-applied itself is on offer from the moment it is applied until the agent acts on it
   (while the agent is down or starting, that is until its first pass). Such a PV counts
   as a violation only once it stayed Available over a dirty volume longer than ``grace``
-  (2 s) after the agent was up - its /healthz no longer says "starting" - or after it was
+  (2 s) after the agent was up - its /status counts a completed pass - or after it was
   applied, whichever is later. The report gives the longest such exposure, in all and
   after the agent was up;
 * ``cleaned-while-bound`` - a tenant's data is never removed while its claim is bound;
@@ -53,6 +53,7 @@ run, whose figures go to docs/reliability.md).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -353,16 +354,16 @@ class AgentCampaign(_Campaign):
             log.write(f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {text}\n")
 
     def _poll_agent_up(self) -> None:
-        """Note when the (re)started agent has completed a pass: its /healthz stops saying "starting"."""
+        """Note when the (re)started agent has completed a pass (``passes`` in its /status)."""
         proc = self._procs.get("agent")
         if self._agent_up_at is not None or proc is None or proc.poll() is not None:
             return
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self._port}/healthz", timeout=0.5) as response:
-                body = response.read().decode()
-        except (OSError, ValueError):
+            with urllib.request.urlopen(f"http://127.0.0.1:{self._port}/status", timeout=0.5) as response:
+                passes = int(json.loads(response.read()).get("passes") or 0)
+        except (OSError, ValueError, AttributeError):
             return
-        if not body.startswith("starting"):
+        if passes > 0:
             self._agent_up_at = time.monotonic()
             self._note("agent up (first pass done)")
 
