@@ -231,7 +231,8 @@ def required_access(config: ProvisionerConfig, namespace: str) -> list[Access]:
     """Every permission the agent uses with this configuration (the chart's agent role)."""
     needed = [Access(verb, "persistentvolumes") for verb in ("get", "list", "watch", "create", "patch", "delete")]
     needed += [Access(verb, "storageclasses", "storage.k8s.io") for verb in ("get", "list", "watch")]
-    needed += [Access("get", "nodes")] + [Access(verb, "events", namespace="default") for verb in ("create", "patch")]
+    needed += [Access(verb, "nodes") for verb in ("get", "list", "watch")]
+    needed += [Access(verb, "events", namespace="default") for verb in ("create", "patch")]
     if config.remove_node_not_ready_taint:
         needed.append(Access("update", "nodes"))
     if config.use_job_for_cleaning:

@@ -93,6 +93,8 @@ class AgentMetrics:
                                               registry=r)
         self.config_last_reload_ok = Gauge("localpv_config_last_reload_success",
                                            "1 if the newest configuration on disk is in use.", registry=r)
+        # The agent starts only with a valid configuration: it is in use from the first scrape.
+        self.config_last_reload_ok.set(1)
         self.discovery_errors = Gauge("localpv_discovery_errors",
                                       "Entries or classes that failed in the last discovery pass.", registry=r)
         self.reconcile_duration = Histogram("localpv_reconcile_duration_seconds", "Duration of a reconcile pass.",
@@ -101,6 +103,10 @@ class AgentMetrics:
                                           ["trigger"], registry=r)
         self.cleanup_retries = Counter("localpv_cleanup_retries", "Cleanups that failed and were scheduled again.",
                                        ["mode", "type"], registry=r)
+        self.thread_crashes = Counter("localpv_thread_crashes", "Background loops that crashed and were restarted.",
+                                      ["thread"], registry=r)
+        self.reconcile_failures = Counter("localpv_reconcile_failures",
+                                          "Reconcile passes that ended with an unexpected error.", registry=r)
 
     def watch_proctable(self, stats: Callable[[], dict[str, float]]) -> None:
         """Upstream's ProcTable gauges, read at scrape time."""

@@ -21,6 +21,8 @@ from localpv.agent.journal import CLEANING, Journal
 from localpv.agent.proctable import ProcTable
 from localpv.agent.pvbuilder import NodeInfo
 from localpv.agent.reconcile import (
+    FAILED,
+    CleanupStatus,
     ConfirmOrphan,
     CreatePV,
     DeletePV,
@@ -89,6 +91,8 @@ class Executor:
         self.require_mount_point = require_mount_point
         #: PV names that belong to another volume (hash collisions), with a description.
         self.collisions: dict[str, str] = {}
+        #: Volume mode of each in-process cleanup started, for its metrics when it ends.
+        self._cleanup_modes: dict[str, str] = {}
         self._first_seen: dict[str, float] = {}
 
     def _node_obj(self) -> Obj:
@@ -168,11 +172,17 @@ class Executor:
         else:
             fn = filesystem_cleaner(cleanup.container_path, cleanup.cls.mount_dir, timeout=config.cleanup_timeout,
                                     require_mount_point=self.require_mount_point)
+        self._cleanup_modes[cleanup.pv_name] = mode
         if self.procs.start(cleanup.pv_name, fn, pv_uid=uid):
             log.info("cleaning %s (%s, %s)", cleanup.host_path, "block" if cleanup.block else "filesystem",
                      cleanup.reason)
             if cleanup.retry:
                 self.metrics.cleanup_retries.labels(mode, "process").inc()
+
+    def cleanup_finished(self, name: str, status: CleanupStatus | None) -> None:
+        """Count a failed in-process cleanup, as upstream counts each failed delete."""
+        if status is not None and status.state == FAILED:
+            self.metrics.delete_failed.labels(self._cleanup_modes.get(name, "Filesystem"), "process").inc()
 
     def delete(self, delete: DeletePV) -> None:
         meta = delete.pv.get("metadata") or {}

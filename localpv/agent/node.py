@@ -48,6 +48,7 @@ from localpv.naming import (
     node_label_value,
     provisioner_name,
 )
+from localpv.supervise import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,11 @@ class ConfigHolder:
             loaded = load_config(self.path)
         except ConfigError as err:
             message = "; ".join(err.problems)
+        except Exception as err:  # a parser bug must not kill reloading for good
+            message = f"{self.path}: cannot be loaded ({type(err).__name__}: {str(err)[:200]})"
+        else:
+            message = ""
+        if message:
             if message != self.last_error:
                 log.error("configuration rejected, keeping the previous one: %s", message)
             self.last_error = message
@@ -131,7 +137,11 @@ class NodeAgent:
         self._stop = threading.Event()
         self._triggers: set[str] = set()
         self._trigger_lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
+        self.supervisor = Supervisor(clock=self.clock, stopping=self._stop,
+                                     on_crash=lambda name: self.metrics.thread_crashes.labels(name).inc())
+        self._started_at: float | None = self.clock.monotonic()
+        self._failed_passes = 0
+        self._last_pass_error = ""
         self._host_events: Any = None
         self._taint_removed = False
         self._pass_lock = threading.Lock()
@@ -142,11 +152,12 @@ class NodeAgent:
         self.last_pass_at = 0.0
         self.ready = False
         self.procs = ProcTable(config.cleanup_workers, clock=self.clock, retry_backoff=options.retry_backoff,
-                               on_done=lambda _n: self.trigger("cleanup"))
+                               on_done=self._cleanup_done)
         self.metrics.watch_proctable(self.procs.stats)
         self.cleaner_records = ProcessRecords(os.path.join(options.state_dir, "cleaners") if options.state_dir
                                               else None)
         self.pvs: Informer | None = None
+        self.nodes: Informer | None = None
         self.classes: Informer | None = None
         self.jobs: JobCleaner | None = None
         self.executor: Executor | None = None
@@ -205,6 +216,11 @@ class NodeAgent:
                             on_change=lambda *_: self.trigger("pv"), name="pv-informer")
         self.classes = Informer(self.api, STORAGE_CLASSES, clock=self.clock,
                                 on_change=lambda *_: self.trigger("storageclass"), name="sc-informer")
+        # The Node's identity must follow the Node: a Node deleted and created again (same
+        # name, new uid) would otherwise get PVs owned by the old uid, which the garbage
+        # collector deletes as fast as they are made (with setPVOwnerRef).
+        self.nodes = Informer(self.api, NODES, field_selector=f"metadata.name={self.node.name}", clock=self.clock,
+                              on_change=self._on_node_change, name="node-informer")
         for informer in self._informers():
             informer.start()
         for informer in self._informers():
@@ -222,13 +238,37 @@ class NodeAgent:
         self.trigger("start")
 
     def _informers(self) -> list[Informer]:
-        found = [self.pvs, self.classes, self.jobs.informer if self.jobs else None]
+        found = [self.pvs, self.classes, self.nodes, self.jobs.informer if self.jobs else None]
         return [i for i in found if i is not None]
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        self.supervisor.spawn(name, target)
+
+    def _on_node_change(self, kind: str, _old: Obj | None, new: Obj | None) -> None:
+        """Follow the Node object: a new uid (re-created Node) or new labels change the PVs."""
+        if kind == "DELETED" or new is None or self.node is None:
+            if kind == "DELETED":
+                log.warning("Node %s was deleted; its PVs keep the last known identity until it is back",
+                            self.options.node_name)
+            return
+        info = NodeInfo.from_object(new)
+        if not info.uid or info == self.node:
+            return
+        if info.uid != self.node.uid:
+            log.warning("Node %s was re-created (uid %s, was %s): new PVs are built for the new Node",
+                        info.name, info.uid, self.node.uid)
+        self.node = info
+        self.provisioner = provisioner_name(info.name, info.uid,
+                                            use_node_name_only=self.config.current.use_node_name_only)
+        if self.executor is not None:
+            self.executor.node = info
+            self.executor.provisioner = self.provisioner
+        self.trigger("node")
+
+    def _cleanup_done(self, name: str) -> None:
+        if self.executor is not None:
+            self.executor.cleanup_finished(name, self.procs.status(name))
+        self.trigger("cleanup")
 
     def stop(self) -> None:
         self._stop.set()
@@ -237,8 +277,7 @@ class NodeAgent:
             self._host_events.stop()
         for informer in self._informers():
             informer.stop()
-        for thread in self._threads:
-            thread.join(10)
+        self.supervisor.stop()
         self.procs.shutdown()
         if self._recorder is not None:
             self._recorder.flush(2)
@@ -250,13 +289,33 @@ class NodeAgent:
             self._triggers.add(reason)
         self._wake.set()
 
+    #: Consecutive failed passes after which the agent says it is not alive.
+    FAILED_PASS_LIMIT = 3
+
     def healthy(self) -> tuple[bool, str]:
-        """Alive unless the loop has not completed a pass in several periods."""
-        if self.passes == 0:
-            return True, "starting"
-        stale = self.clock.monotonic() - self.last_pass_at
+        """Alive only while it is doing its job (the liveness probe: failing restarts the pod).
+
+        Every supervised loop runs and is not crash-looping; every cache's thread runs; a
+        reconcile pass completed recently (counted from the start, so an agent wedged
+        before its first pass is not "starting" forever); passes do not keep failing (a
+        journal that cannot be written fails every pass); the state dir is writable.
+        """
+        problems = list(self.supervisor.problems())
+        problems += [f"{i.name} is not running" for i in self._informers() if not i.alive()]
+        now = self.clock.monotonic()
         limit = max(60.0, 6 * self.options.discovery_period)
-        return (stale < limit, f"last pass {stale:.0f}s ago")
+        since = self.last_pass_at if self.passes else self._started_at
+        if since is not None and now - since >= limit:
+            what = f"last pass {now - since:.0f}s ago" if self.passes else f"no pass completed in {now - since:.0f}s"
+            problems.append(what + (f" (last error: {self._last_pass_error})" if self._last_pass_error else ""))
+        if self._failed_passes >= self.FAILED_PASS_LIMIT:
+            problems.append(f"the last {self._failed_passes} passes failed: {self._last_pass_error}")
+        state_dir = self.options.state_dir
+        if state_dir and os.path.isdir(state_dir) and not os.access(state_dir, os.W_OK):
+            problems.append(f"state dir {state_dir} is not writable")
+        if problems:
+            return False, "; ".join(problems)
+        return True, f"last pass {now - self.last_pass_at:.0f}s ago" if self.passes else "starting"
 
     def readiness(self) -> tuple[bool, str]:
         plan_ = self.last_plan
@@ -300,9 +359,19 @@ class NodeAgent:
 
     # ------------------------------------------------------------------ loops
 
+    def _next_wait(self) -> float:
+        """Until the next periodic pass, or the earliest failed cleanup's retry if sooner:
+        a retry must not wait for the safety-net period (or for an unrelated event)."""
+        wait = self.options.discovery_period
+        now = self.clock.now()
+        for status in self._cleanup_statuses().values():
+            if status.retry_at is not None and status.retry_at > now:  # a past one was handled by a pass
+                wait = min(wait, status.retry_at - now + 0.01)
+        return wait
+
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.clock.wait(self._wake, self.options.discovery_period)
+            self.clock.wait(self._wake, self._next_wait())
             if self._stop.is_set():
                 return
             self._wake.clear()
@@ -312,7 +381,10 @@ class NodeAgent:
                 self.metrics.reconcile_triggers.labels(trigger).inc()
             try:
                 self.reconcile_once()
-            except Exception:  # a bug in one pass must not stop the agent; the next pass retries
+            except Exception as err:  # a bug in one pass must not stop the agent; the next pass retries
+                self._failed_passes += 1
+                self._last_pass_error = f"{type(err).__name__}: {err}"[:300]
+                self.metrics.reconcile_failures.inc()
                 log.exception("reconcile pass failed")
 
     def _watch_config(self) -> None:
@@ -395,6 +467,8 @@ class NodeAgent:
             self._taint_removed = self.executor.remove_startup_taint(key)
         self.passes += 1
         self.last_pass_at = self.clock.monotonic()
+        self._failed_passes = 0
+        self._last_pass_error = ""
         for mode, total in result.capacity.items():
             self.metrics.capacity.labels(mode).set(total)
         self.metrics.discovery_errors.set(result.errors)

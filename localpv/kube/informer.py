@@ -92,6 +92,10 @@ class Informer:
         with self._lock:
             return len(self._store)
 
+    def alive(self) -> bool:
+        """Its thread runs (False before start and after stop)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def has_synced(self) -> bool:
         return self._synced.is_set()
 

@@ -137,7 +137,7 @@ def test_rbac_denials_are_found_by_access_reviews(apiserver: ApiServer, tmp_path
     assert errors == ["ERROR  rbac: cannot create persistentvolumes (denied by the emulator)",
                       'ERROR  rbac: cannot create jobs.batch in namespace "storage" (denied by the emulator)']
     reviews = [r for r in apiserver.requests if r.resource == "selfsubjectaccessreviews"]
-    assert len(reviews) == 17  # one review per permission: 12 for the agent, 5 for its Jobs
+    assert len(reviews) == 19  # one review per permission: 14 for the agent, 5 for its Jobs
 
 
 def test_missing_node_is_an_error(apiserver: ApiServer, tmp_path: Path) -> None:

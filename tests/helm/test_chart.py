@@ -372,11 +372,11 @@ def test_agent_role_is_least_privilege(installs: dict[str, Install]) -> None:
     assert granted == {
         "persistentvolumes": {"get", "list", "watch", "create", "patch", "delete"},
         "storage.k8s.io/storageclasses": {"get", "list", "watch"},
-        "nodes": {"get"},
+        "nodes": {"get", "list", "watch"},  # follows its own Node (re-created: new uid)
         "events": {"create", "patch"},
     }
     tainted = _granted(installed(installs, "upstream-block-jobs-values.yaml"), "ClusterRole")
-    assert tainted["nodes"] == {"get", "update"}  # removeNodeNotReadyTaint edits its own Node
+    assert tainted["nodes"] == {"get", "list", "watch", "update"}  # removeNodeNotReadyTaint edits its own Node
 
 
 def test_no_rbac_objects_when_disabled(installs: dict[str, Install]) -> None:
