@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
-from localpv.testing.hostfs import LoopDevice, LoopDevices, Mounter, loops_backed_by, mounts_under, sh, umount
+from localpv.testing.hostfs import (
+    HungFuse,
+    LoopDevice,
+    LoopDevices,
+    Mounter,
+    fuse_unavailable,
+    loops_backed_by,
+    mounts_under,
+    sh,
+    umount,
+)
 
 if TYPE_CHECKING:
     from localpv.kube.api import KubeApi
@@ -131,3 +141,16 @@ def loop_device(loops: LoopDevices) -> LoopDevice:
 def ext4_loop(loops: LoopDevices) -> LoopDevice:
     """An 8 MiB loop device formatted ext4."""
     return loops.attach(ext4=True)
+
+
+@pytest.fixture
+def hung_fuse() -> Iterator[HungFuse]:
+    """Makes FUSE mounts that never answer (a wedged FUSE daemon); all aborted and unmounted at teardown."""
+    why = fuse_unavailable()
+    if why is not None:
+        pytest.skip(why)
+    mounts = HungFuse()
+    try:
+        yield mounts
+    finally:
+        mounts.release_all()
