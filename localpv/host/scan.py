@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import enum
 import errno
+import functools
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from localpv.config import normalise_dir, system_directory_refusal
 from localpv.host.block import block_device_size
 from localpv.host.capacity import filesystem_capacity
-from localpv.host.mounts import PSEUDO_FILESYSTEMS, FilesystemTypes
+from localpv.host.mounts import PSEUDO_FILESYSTEMS, FilesystemTypes, MountInfo, read_mountinfo
+from localpv.host.probes import StorageHung, StorageProbes, default_probes
 
-__all__ = ["Entry", "EntryKind", "ScanError", "scan_directory"]
+__all__ = ["HUNG_STORAGE", "Entry", "EntryKind", "ScanError", "scan_directory"]
+
+#: In every reason given for storage that does not answer (hung entries, hung discovery
+#: dirs), so that logs, events and alerts can be matched on it.
+HUNG_STORAGE = "hung storage"
 
 
 class EntryKind(enum.Enum):
@@ -32,6 +38,9 @@ class EntryKind(enum.Enum):
     OTHER = "other"  # regular file, socket, fifo, character device...: not offered
     BROKEN = "broken"  # stat failed, e.g. a dangling symlink
     PSEUDOFS = "pseudofs"  # a mount of a kernel filesystem (proc, sysfs, cgroup...): never offered
+    #: looking at it did not finish in time (a hung FUSE or NFS mount, a dying disk): not offered,
+    #: and not looked at again until the stuck look returns or another mount is there
+    HUNG = "hung"
 
 
 @dataclass(frozen=True)
@@ -60,18 +69,25 @@ class Entry:
 
 
 class ScanError(Exception):
-    """The discovery directory itself cannot be listed."""
+    """The discovery directory itself cannot be listed; ``hung`` when it did not answer in time."""
 
-    def __init__(self, path: str, error: OSError) -> None:
+    def __init__(self, path: str, error: OSError, *, hung: bool = False) -> None:
         super().__init__(f'cannot list discovery directory "{path}": {error.strerror or error}')
         self.path = path
         self.error = error
+        self.hung = hung
 
 
 _PATH_FLAGS = os.O_PATH | os.O_CLOEXEC
 
 
-def scan_directory(mount_dir: str, mount_points: frozenset[str]) -> list[Entry]:
+def scan_directory(
+    mount_dir: str,
+    mount_points: frozenset[str],
+    *,
+    probes: StorageProbes | None = None,
+    timeout: float | None = None,
+) -> list[Entry]:
     """Classify every first-level entry of ``mount_dir``, sorted by name.
 
     ``mount_points`` is the mount table as a set of paths (see ``mounts.mount_points``),
@@ -82,22 +98,79 @@ def scan_directory(mount_dir: str, mount_points: frozenset[str]) -> list[Entry]:
     it would hand that other mount to a tenant. A mount of a kernel filesystem is never a
     volume (:data:`~localpv.host.mounts.PSEUDO_FILESYSTEMS`), told by its mount id.
 
-    Per-entry failures end up in the entry (BROKEN, or a ``reason``); an unreadable
-    ``mount_dir``, or one that resolves to the root or a system directory (which the
-    configuration cannot see: a symlink on the node), raises :class:`ScanError`.
+    Every look at storage is bounded (:mod:`localpv.host.probes`; ``probes`` defaults to
+    the process-wide pool, ``timeout`` to its own): entries are looked at side by side, and
+    one that does not answer in time is a :attr:`EntryKind.HUNG` entry whose reason says
+    so, while the others are classified as usual. A hung entry is not looked at again (it
+    stays HUNG, at no cost) until the stuck look returns or another mount is on its path.
+
+    Per-entry failures end up in the entry (BROKEN, HUNG, or a ``reason``); an unreadable
+    ``mount_dir``, one that does not answer in time (``ScanError.hung``), or one that
+    resolves to the root or a system directory (which the configuration cannot see: a
+    symlink on the node), raises :class:`ScanError`.
     """
-    real_dir = _resolve_discovery_dir(mount_dir)
+    probes = probes or default_probes()
+    mounts = _TopMounts()
     try:
-        names = sorted(os.listdir(mount_dir))
+        real_dir, names = probes.run(f"dir:{mount_dir}", functools.partial(_list, mount_dir), timeout=timeout,
+                                     signature=functools.partial(mounts.signature, os.path.abspath(mount_dir)))
+    except StorageHung as hung:
+        raise ScanError(mount_dir, OSError(errno.ETIMEDOUT, _hung_reason(hung)), hung=True) from hung
     except OSError as e:
         raise ScanError(mount_dir, e) from e
     fs_types = FilesystemTypes()
-    entries = []
+    paths: dict[str, tuple[str, str]] = {}
+    calls: list[tuple[str, Callable[[], Entry]]] = []
     for name in names:
         path = os.path.join(mount_dir, name)
-        listed = path in mount_points or os.path.join(real_dir, name) in mount_points
-        entries.append(_classify(name, path, listed, fs_types))
+        real = os.path.join(real_dir, name)
+        listed = path in mount_points or real in mount_points
+        key = f"entry:{path}"
+        paths[key] = (path, real)
+        calls.append((key, functools.partial(_classify, name, path, listed, fs_types)))
+    outcomes = probes.run_all(calls, timeout=timeout, signature=lambda key: mounts.signature(*paths[key]))
+    entries = []
+    for name, (key, _), outcome in zip(names, calls, outcomes, strict=True):
+        if isinstance(outcome, StorageHung):
+            path = paths[key][0]
+            entries.append(Entry(name, path, EntryKind.HUNG, reason=f'"{path}" {_hung_reason(outcome)}'))
+        elif isinstance(outcome, BaseException):
+            raise outcome  # not a storage failure (those are in the entry): a bug
+        else:
+            entries.append(outcome)
     return entries
+
+
+def _list(mount_dir: str) -> tuple[str, list[str]]:
+    """The resolved discovery dir and its entries, sorted."""
+    return _resolve_discovery_dir(mount_dir), sorted(os.listdir(mount_dir))
+
+
+def _hung_reason(hung: StorageHung) -> str:
+    """What to say about storage that did not answer: the same words each pass (events are
+    deduplicated on them), with :data:`HUNG_STORAGE` in them."""
+    if hung.refused:
+        return (f"not looked at: too many looks at {HUNG_STORAGE} are still blocked (an unresponsive FUSE or "
+                "network mount, or a failing disk?); skipped for now")
+    return (f"did not answer within {hung.timeout:g}s: {HUNG_STORAGE} (an unresponsive FUSE or network mount, "
+            "or a failing disk?); skipped until it answers")
+
+
+class _TopMounts:
+    """What is mounted on a path (the top mount's id and device), read from this process's
+    mount table only when asked: it names what a hung path was, so that another mount there
+    later is looked at afresh. Reading the table never touches the storage itself."""
+
+    def __init__(self) -> None:
+        self._top: dict[str, MountInfo] | None = None
+
+    def signature(self, *paths: str) -> Hashable:
+        if self._top is None:
+            try:
+                self._top = {m.mount_point: m for m in read_mountinfo()}  # later lines are mounted on top
+            except (OSError, ValueError):
+                self._top = {}
+        return tuple((m.mount_id, m.major_minor) if (m := self._top.get(p)) else None for p in paths)
 
 
 def _resolve_discovery_dir(mount_dir: str) -> str:
@@ -122,7 +195,10 @@ def _classify(name: str, path: str, listed: bool, fs_types: FilesystemTypes) -> 
     except OSError as e:
         return Entry(name, path, EntryKind.BROKEN, reason=f'cannot stat "{path}": {e.strerror}')
     try:
-        st = os.fstat(fd)
+        try:
+            st = os.fstat(fd)
+        except OSError as e:  # e.g. ENOTCONN: a FUSE mount whose daemon died
+            return Entry(name, path, EntryKind.BROKEN, reason=f'cannot stat "{path}": {e.strerror}')
         if stat.S_ISBLK(st.st_mode):
             capacity, reason = _measure(block_device_size, path)
             return Entry(name, path, EntryKind.BLOCK, capacity, reason, device=st.st_rdev,
