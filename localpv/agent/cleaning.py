@@ -9,23 +9,80 @@ Both first refuse what is not a volume, with the reason, so the cleanup fails an
 retried later instead of wiping somebody else's data: a filesystem volume must be a mount
 point directly inside its discovery directory (a plain directory there means the disk is
 unmounted and the directory is the host's), a block volume a block device nothing uses.
+
+Both run in a child process of their own, killed (its whole process group) at the timeout
+or on cancel: storage can hang for ever, and a thread stuck on it could never be taken
+back, so the worker would be lost. A child killed while stuck in the kernel may not even
+die before the storage lets it go; the worker does not wait for that (the cleanup fails
+with "timed out", the slot is free), the child stays recorded in ``records`` until it is
+reaped, so that a restarted agent kills it, and no second cleaner is started on the same
+volume while it lingers.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import stat
+import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from localpv.agent.proctable import CleanFn, CleanOutcome
-from localpv.host.cleaner import ProcessRecords, block_device_problem, run_cleaner
-from localpv.host.fsclean import CleanError, clean_directory, directly_inside, file_kind
+from localpv.host.cleaner import CleanerResult, ProcessRecords, block_device_problem, run_cleaner
+from localpv.host.fsclean import PARENT_ENV, directly_inside, file_kind, not_an_entry_problem
+from localpv.host.probes import StorageHung, default_probes
+
+__all__ = [
+    "IMAGE_SCRIPTS_DIR",
+    "block_cleaner",
+    "discovery_dir_problem",
+    "filesystem_cleaner",
+    "home_discovery_dir",
+    "not_an_entry_problem",
+    "packaged_scripts_dir",
+    "resolve_command",
+]
 
 log = logging.getLogger(__name__)
+
+#: The filesystem cleaner's child process: the same interpreter running localpv.host.fsclean.
+_FS_CLEANER = (sys.executable, "-m", "localpv.host.fsclean")
+#: Where this copy of the package lives, for the child to import the very same code.
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+#: Bound on the checks made in the agent's own process before a block cleaner starts (they
+#: open the device, which a dying disk can make wait for ever).
+BLOCK_CHECK_TIMEOUT = 10.0
+
+
+class _Lingering:
+    """Cleaner processes not reaped yet, by volume: running, or killed but stuck in the kernel."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pids: dict[str, int] = {}
+
+    def problem(self, volume: str) -> str | None:
+        with self._lock:
+            pid = self._pids.get(volume)
+        if pid is None:
+            return None
+        return (f"refusing to clean {volume} again: its previous cleaner (pid {pid}) is still there, stuck in the "
+                "kernel (hung storage?); it was killed and goes away as soon as the storage lets it go")
+
+    def add(self, volume: str, pid: int) -> None:
+        with self._lock:
+            self._pids[volume] = pid
+
+    def remove(self, volume: str, pid: int) -> None:
+        with self._lock:
+            if self._pids.get(volume) == pid:
+                del self._pids[volume]
+
+
+_LINGERING = _Lingering()
 
 #: Where the image installs the cleaner scripts (upstream's path, kept for compatibility).
 IMAGE_SCRIPTS_DIR = "/scripts"
@@ -61,10 +118,44 @@ def home_discovery_dir(path: str, discovery_dirs: Sequence[str]) -> str | None:
     return next((d for d in discovery_dirs if directly_inside(path, d)), None)
 
 
-def not_an_entry_problem(path: str, discovery_dirs: Sequence[str]) -> str:
-    """What to say when ``path`` is an entry of none of ``discovery_dirs``."""
-    return (f"expected a directory directly inside {' or '.join(discovery_dirs)}, "
-            f"found one inside {os.path.dirname(os.path.abspath(path))}")
+def _run_in_child(
+    volume: str,
+    argv: Sequence[str],
+    env: dict[str, str],
+    cancel: threading.Event,
+    *,
+    timeout: float | None,
+    on_line: Callable[[str], None],
+    kill_grace: float,
+    records: ProcessRecords | None,
+    key: str,
+) -> CleanerResult:
+    """Run one cleaner process for ``volume``; record it while it lives (until it is reaped,
+    which for one stuck in the kernel is after this returns)."""
+
+    def started(pid: int) -> None:
+        _LINGERING.add(volume, pid)
+        if records is not None:
+            records.add(f"{key}.{pid}", pid)
+
+    def reaped(pid: int) -> None:
+        _LINGERING.remove(volume, pid)
+        if records is not None:
+            records.remove(f"{key}.{pid}")
+
+    result = run_cleaner(argv, env, timeout=timeout, on_line=on_line, cancel=cancel, kill_grace=kill_grace,
+                         on_start=started, on_exit=reaped)
+    if result.lingering:
+        log.warning("cleaner of %s (pid %s) was killed but is stuck in the kernel (hung storage?); it is reaped "
+                    "when it dies", volume, result.pid)
+    return result
+
+
+def _lingering_note(result: CleanerResult) -> str:
+    if not result.lingering:
+        return ""
+    return (f"; its process {result.pid} is stuck in the kernel (hung storage?): killed, it goes away as soon as "
+            "the storage lets it go")
 
 
 def filesystem_cleaner(
@@ -73,6 +164,8 @@ def filesystem_cleaner(
     *,
     timeout: float | None = None,
     require_mount_point: bool = True,
+    records: ProcessRecords | None = None,
+    key: str = "",
 ) -> CleanFn:
     """Remove everything inside a mounted volume (never following links or crossing mounts),
     giving up when cancelled or after ``timeout`` seconds.
@@ -81,30 +174,49 @@ def filesystem_cleaner(
     strings) or, unless ``require_mount_point`` is False, that is not a mount point.
     ``mount_dir`` None skips the first check: for a person who said so explicitly
     (``localpv cleanup --unsafe-any-directory``), never for the agent.
+
+    The checks and the walk run in a child process (``python -m localpv.host.fsclean``),
+    whose process group is killed at the timeout or on cancel, so that storage which never
+    answers cannot hold the worker. With ``records``, the child is recorded under ``key``
+    while it lives, so that a restarted agent kills it.
     """
+    argv = [*_FS_CLEANER, container_path]
+    if mount_dir is not None:
+        argv += ["--within", mount_dir]
+    if not require_mount_point:
+        argv.append("--any-directory")
 
     def clean(cancel: threading.Event) -> CleanOutcome:
-        if mount_dir is not None and not directly_inside(container_path, mount_dir):
-            problem = not_an_entry_problem(container_path, [mount_dir])
-            return CleanOutcome(False, f"refusing to clean {container_path}: {problem}")
-        deadline = time.monotonic() + timeout if timeout is not None else None
+        problem = _LINGERING.problem(container_path)
+        if problem is not None:
+            return CleanOutcome(False, problem)
+        lines: list[str] = []
 
-        def should_stop() -> str | None:
-            if cancel.is_set():
-                return "cancelled"
-            if deadline is not None and time.monotonic() > deadline:
-                return f"timed out after {timeout:.0f}s"
-            return None
+        def line(text: str) -> None:
+            lines.append(text)
+            if not text.startswith(("clean: ", "NOT clean: ")):
+                log.warning("filesystem cleaner of %s: %s", container_path, text)
 
-        try:
-            report = clean_directory(container_path, should_stop=should_stop,
-                                     require_mount_point=require_mount_point)
-        except CleanError as err:
-            return CleanOutcome(False, str(err))
-        except OSError as err:
-            return CleanOutcome(False, f"cleaning {container_path} failed: {err}")
-        return CleanOutcome(True, f"removed {report.files_removed} files and {report.dirs_removed} directories "
-                                  f"in {report.seconds:.1f}s")
+        pythonpath = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+        env = {PARENT_ENV: str(os.getpid()), "PYTHONPATH": pythonpath}
+        # Killed at once: stopping the walk anywhere leaves a volume that is simply not clean yet.
+        result = _run_in_child(container_path, argv, env, cancel, timeout=timeout, on_line=line, kill_grace=0.0,
+                               records=records, key=key or container_path)
+        last = lines[-1] if lines else ""
+        if result.error:
+            return CleanOutcome(False, f"cannot clean {container_path}: {result.error}")
+        if result.timed_out:
+            return CleanOutcome(False, f"cleaning {container_path} stopped: timed out after {timeout:.0f}s"
+                                       + _lingering_note(result))
+        if result.cancelled:
+            return CleanOutcome(False, f"cleaning {container_path} stopped: cancelled" + _lingering_note(result))
+        if result.exit_code == 0 and last.startswith("clean: "):
+            return CleanOutcome(True, last.removeprefix("clean: "))
+        if result.exit_code == 1 and last.startswith("NOT clean: "):
+            return CleanOutcome(False, last.removeprefix("NOT clean: "))
+        tail = " | ".join(result.tail[-3:])
+        return CleanOutcome(False, f"cleaning {container_path} failed: the cleaner exited with {result.exit_code}: "
+                                   f"{tail}")
 
     return clean
 
@@ -121,14 +233,23 @@ def block_cleaner(
     """Run the class's ``blockCleanerCommand`` with ``LOCAL_PV_BLKDEVICE`` set.
 
     The command is not started unless ``device_path`` is a block device that nothing uses
-    (see :func:`~localpv.host.cleaner.block_device_problem`). With ``records``, the running
-    process group is recorded under ``key`` so that a restarted agent can kill it (it must
-    never write on after a newer clean finished).
+    (see :func:`~localpv.host.cleaner.block_device_problem`), nor while a previous cleaner
+    of it is stuck in the kernel. With ``records``, the running process group is recorded
+    under ``key`` so that a restarted agent can kill it (it must never write on after a
+    newer clean finished).
     """
     argv = resolve_command(command)
 
     def clean(cancel: threading.Event) -> CleanOutcome:
-        problem = block_device_problem(device_path)
+        lingering = _LINGERING.problem(device_path)
+        if lingering is not None:
+            return CleanOutcome(False, lingering)
+        try:
+            problem = default_probes().run(f"block-check:{device_path}",
+                                           functools.partial(block_device_problem, device_path),
+                                           timeout=BLOCK_CHECK_TIMEOUT)
+        except StorageHung as hung:
+            problem = f"checking it did not answer within {hung.timeout:g}s (hung storage?)"
         if problem is not None:
             return CleanOutcome(False, f"refusing to clean {device_path}: {problem}")
 
@@ -137,22 +258,17 @@ def block_cleaner(
             if on_line is not None:
                 on_line(text)
 
-        on_start = (lambda pid: records.add(key, pid)) if records is not None else None
-        try:
-            result = run_cleaner(argv, {"LOCAL_PV_BLKDEVICE": device_path}, timeout=timeout, on_line=line,
-                                 cancel=cancel, on_start=on_start)
-        finally:
-            if records is not None:
-                records.remove(key)
+        result = _run_in_child(device_path, argv, {"LOCAL_PV_BLKDEVICE": device_path}, cancel, timeout=timeout,
+                               on_line=line, kill_grace=5.0, records=records, key=key or device_path)
         if result.succeeded:
             return CleanOutcome(True, f"{argv[0]} finished in {result.duration:.1f}s")
         if result.error:
             return CleanOutcome(False, result.error)
         tail = " | ".join(result.tail[-3:])
         if result.timed_out:
-            return CleanOutcome(False, f"{argv[0]} timed out after {timeout:.0f}s: {tail}")
+            return CleanOutcome(False, f"{argv[0]} timed out after {timeout:.0f}s: {tail}" + _lingering_note(result))
         if result.cancelled:
-            return CleanOutcome(False, f"{argv[0]} was cancelled")
+            return CleanOutcome(False, f"{argv[0]} was cancelled" + _lingering_note(result))
         return CleanOutcome(False, f"{argv[0]} exited with {result.exit_code}: {tail}")
 
     return clean

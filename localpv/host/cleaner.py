@@ -12,6 +12,12 @@ still signal it) are watched together. A cancel flag is a ``threading.Event``, w
 no descriptor, so while one is given the poll wakes every ``CANCEL_CHECK_INTERVAL``
 seconds to look at it. Requires Linux 5.3+ (``pidfd_open``).
 
+A killed command does not always die: one blocked in the kernel on storage that never
+answers (a FUSE daemon that took the request and hangs, a dying disk) sleeps
+uninterruptibly, SIGKILL pending, until the storage lets it go. The caller does not wait
+for that: ``abandon_after`` seconds after the SIGKILL the result comes back ``lingering``
+and a background thread reaps the command whenever it dies (then ``on_exit`` runs).
+
 Before any of that, :func:`block_device_problem` says whether a path may be wiped at all:
 only a block device that nothing else uses.
 """
@@ -39,6 +45,7 @@ CANCEL_CHECK_INTERVAL = 0.1
 _READ_SIZE = 65536
 _MAX_LINE = 65536  # a command printing without newlines still reaches on_line in pieces
 _DRAIN_AFTER_EXIT = 2.0  # bound on reading output left in the pipe once the group is dead
+DEFAULT_ABANDON_AFTER = 2.0  # how long a killed command may take to die before it is left to a reaper
 
 
 @dataclass(frozen=True)
@@ -46,8 +53,9 @@ class CleanerResult:
     """Outcome of one cleaner run.
 
     ``exit_code`` is the command's status (negative: killed by that signal), or None if it
-    never started, in which case ``error`` says why. ``tail`` holds the last output lines,
-    for events and failure messages.
+    never started, in which case ``error`` says why, or if it is ``lingering``: killed but
+    not dead yet (stuck in the kernel), left to a background reaper. ``tail`` holds the
+    last output lines, for events and failure messages.
     """
 
     argv: tuple[str, ...]
@@ -57,6 +65,8 @@ class CleanerResult:
     cancelled: bool = False
     tail: tuple[str, ...] = ()
     error: str | None = None
+    lingering: bool = False
+    pid: int | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -98,22 +108,25 @@ def run_cleaner(
     argv: Sequence[str],
     env: Mapping[str, str],
     *,
-    timeout: float,
+    timeout: float | None,
     on_line: Callable[[str], None],
     cancel: threading.Event | None = None,
     kill_grace: float = 5.0,
     tail_lines: int = 20,
     on_start: Callable[[int], None] | None = None,
+    on_exit: Callable[[int], None] | None = None,
+    abandon_after: float = DEFAULT_ABANDON_AFTER,
 ) -> CleanerResult:
     """Run ``argv`` (no shell) with ``env`` merged over ``os.environ``; see the module docstring.
 
     Combined stdout and stderr go to ``on_line`` one line at a time (without the newline).
-    On timeout or cancel the process group gets SIGTERM, then SIGKILL after ``kill_grace``
-    seconds. When the command exits, whatever it left running in its group is killed too.
-    A command that cannot be started gives a result with ``error`` set, not an exception.
-    ``on_start`` gets the pid (which is also the process-group id) once it runs, so the
-    caller can record it and kill the group should the caller itself die (see
-    :class:`ProcessRecords`).
+    On timeout (None: none) or cancel the process group gets SIGTERM, then SIGKILL after
+    ``kill_grace`` seconds. When the command exits, whatever it left running in its group is
+    killed too. A command that cannot be started gives a result with ``error`` set, not an
+    exception. ``on_start`` gets the pid (which is also the process-group id) once it runs,
+    so the caller can record it and kill the group should the caller itself die (see
+    :class:`ProcessRecords`); ``on_exit`` gets it once the command is dead and reaped, which
+    for a ``lingering`` one happens after this returns, on another thread.
     """
     started = time.monotonic()
     if not argv:
@@ -139,19 +152,22 @@ def run_cleaner(
         raise
     if on_start is not None:
         on_start(proc.pid)
+    lingering = True
     try:
-        timed_out, cancelled = run.wait(started + timeout, cancel)
+        timed_out, cancelled = run.wait(None if timeout is None else started + timeout, cancel)
         if timed_out or cancelled:
             run.terminate(kill_grace)
     finally:
-        run.finish()
+        lingering = not run.finish(abandon_after, on_exit)
     return CleanerResult(
         tuple(argv),
-        proc.returncode,
+        None if lingering else proc.returncode,
         time.monotonic() - started,
         timed_out=timed_out,
         cancelled=cancelled,
         tail=tuple(run.tail),
+        lingering=lingering,
+        pid=proc.pid,
     )
 
 
@@ -179,16 +195,16 @@ class _Run:
         self._poller.register(self._out, select.POLLIN)
         self._poller.register(self._pidfd, select.POLLIN)
 
-    def wait(self, deadline: float, cancel: threading.Event | None) -> tuple[bool, bool]:
+    def wait(self, deadline: float | None, cancel: threading.Event | None) -> tuple[bool, bool]:
         """Stream output until the command exits; return (timed_out, cancelled)."""
         while not self._exited:
             if cancel is not None and cancel.is_set():
                 return False, True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
                 return True, False
             if cancel is not None:
-                remaining = min(remaining, CANCEL_CHECK_INTERVAL)
+                remaining = CANCEL_CHECK_INTERVAL if remaining is None else min(remaining, CANCEL_CHECK_INTERVAL)
             self._poll(remaining)
         return False, False
 
@@ -199,23 +215,50 @@ class _Run:
         while not self._exited and (remaining := deadline - time.monotonic()) > 0:
             self._poll(remaining)
 
-    def finish(self) -> None:
-        """Kill what is left of the group, read the pipe to its end, reap, release descriptors."""
+    def finish(self, abandon_after: float, on_exit: Callable[[int], None] | None) -> bool:
+        """Kill what is left of the group, read the pipe to its end, reap, release descriptors.
+
+        False when the command did not die within ``abandon_after`` seconds of the SIGKILL
+        (stuck in the kernel): a background thread then reaps it and calls ``on_exit``.
+        """
         # The leader is not reaped yet, so its pid still names our group: no recycled-pgid risk.
         _signal_group(self.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + abandon_after
+        while not self._exited and (remaining := deadline - time.monotonic()) > 0:
+            self._poll(remaining)
+        if not self._exited:
+            threading.Thread(target=self._reap_when_dead, args=(on_exit,), name=f"reap-{self.proc.pid}",
+                             daemon=True).start()
+            return False
         try:
             deadline = time.monotonic() + _DRAIN_AFTER_EXIT
             while self._out_open and (remaining := deadline - time.monotonic()) > 0:
                 self._poll(remaining)
             self._flush_partial()
         finally:
-            self.proc.wait()
-            assert self.proc.stdout is not None
-            self.proc.stdout.close()
-            os.close(self._pidfd)
+            self._release()
+        if on_exit is not None:
+            on_exit(self.proc.pid)
+        return True
 
-    def _poll(self, timeout: float) -> None:
-        for fd, _mask in self._poller.poll(max(1, round(timeout * 1000))):
+    def _reap_when_dead(self, on_exit: Callable[[int], None] | None) -> None:
+        """Wait as long as it takes for a killed command stuck in the kernel, then reap it."""
+        try:
+            select.select([self._pidfd], [], [])
+            _signal_group(self.proc.pid, signal.SIGKILL)  # whatever it started meanwhile, while the pid is ours
+        finally:
+            self._release()
+        if on_exit is not None:
+            on_exit(self.proc.pid)
+
+    def _release(self) -> None:
+        self.proc.wait()
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+        os.close(self._pidfd)
+
+    def _poll(self, timeout: float | None) -> None:
+        for fd, _mask in self._poller.poll(-1 if timeout is None else max(1, round(timeout * 1000))):
             if fd == self._pidfd:
                 self._exited = True
                 self._poller.unregister(self._pidfd)
@@ -254,14 +297,15 @@ class _Run:
 
 
 def _start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (identifies it across pid reuse)."""
+    """The process's start time in clock ticks since boot (identifies it across pid reuse);
+    None when it is gone, or dead and waiting to be reaped (a zombie runs nothing)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
     fields = stat[stat.rindex(b")") + 2:].split()
-    return int(fields[19])
+    return None if fields[0] == b"Z" else int(fields[19])
 
 
 class ProcessRecords:

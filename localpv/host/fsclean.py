@@ -28,14 +28,25 @@ A volume is a mount point: a plain directory where a volume should be means its 
 not mounted, and its contents belong to the filesystem underneath (often the host's root
 disk). :func:`clean_directory` refuses one unless told otherwise; :func:`mount_point_problem`
 and :func:`directly_inside` let callers refuse a path before they start.
+
+The walk waits on the volume's storage at every step, and storage can hang for ever (a
+FUSE mount inside the volume whose daemon never answers): a thread stuck there can never
+be taken back. So the agent runs :func:`clean_volume` in a child process,
+``python -m localpv.host.fsclean``, which it kills at the timeout (see
+:func:`localpv.agent.cleaning.filesystem_cleaner`). The child prints one last line,
+``clean: <what was done>`` (exit 0) or ``NOT clean: <why>`` (exit 1).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import ctypes
 import errno
 import os
+import signal
 import stat
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,10 +57,12 @@ __all__ = [
     "DirtyVolumeError",
     "UnsafePathError",
     "clean_directory",
+    "clean_volume",
     "directly_inside",
     "file_kind",
     "is_within",
     "mount_point_problem",
+    "not_an_entry_problem",
     "verify_empty",
 ]
 
@@ -136,6 +149,12 @@ def directly_inside(path: str, base: str) -> bool:
         return _ident(os.stat(os.path.join(path, ".."))) == _ident(os.stat(base))
     except OSError:
         return False
+
+
+def not_an_entry_problem(path: str, discovery_dirs: Sequence[str]) -> str:
+    """What to say when ``path`` is an entry of none of ``discovery_dirs``."""
+    return (f"expected a directory directly inside {' or '.join(discovery_dirs)}, "
+            f"found one inside {os.path.dirname(os.path.abspath(path))}")
 
 
 def file_kind(mode: int) -> str:
@@ -496,3 +515,63 @@ class _Walk:
             return
         self.dirs += 1
         self.bytes_freed += frame.blocks * 512
+
+
+def clean_volume(
+    root: str,
+    within: str | None,
+    *,
+    require_mount_point: bool = True,
+    should_stop: Callable[[], str | None] | None = None,
+) -> tuple[bool, str]:
+    """Empty the volume ``root``: (True, what was removed) or (False, why it is not clean).
+
+    Refuses a ``root`` that is not an entry of ``within`` (compared as directories, not
+    strings; None skips this, for a person who said so) and, unless ``require_mount_point``
+    is False, one that is not a mount point. Never raises for what it finds on the volume.
+    """
+    if within is not None and not directly_inside(root, within):
+        return False, f"refusing to clean {root}: {not_an_entry_problem(root, [within])}"
+    try:
+        report = clean_directory(root, should_stop=should_stop, require_mount_point=require_mount_point)
+    except CleanError as err:
+        return False, str(err)
+    except OSError as err:
+        return False, f"cleaning {root} failed: {err}"
+    return True, f"removed {report.files_removed} files and {report.dirs_removed} directories in {report.seconds:.1f}s"
+
+
+#: The environment variable naming the process that started a child cleaner (see :func:`main`).
+PARENT_ENV = "LOCALPV_CLEANER_PARENT"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> bool:
+    """Ask the kernel to SIGKILL this process when the thread that started it ends; False if
+    that one is gone already. A cleaner must never go on deleting after its agent died: the
+    next agent may offer the volume meanwhile."""
+    expected = os.environ.get(PARENT_ENV)
+    if expected is None:
+        return True
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    return os.getppid() == int(expected)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m localpv.host.fsclean [--within DIR] [--any-directory] ROOT``; see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m localpv.host.fsclean", description="Empty one filesystem volume.")
+    parser.add_argument("root")
+    parser.add_argument("--within", help="the discovery dir ROOT must be an entry of")
+    parser.add_argument("--any-directory", action="store_true", help="accept a ROOT that is not a mount point")
+    args = parser.parse_args(argv)
+    if not _die_with_parent():
+        print("NOT clean: the process that started this cleaner is gone", flush=True)
+        return 1
+    ok, message = clean_volume(args.root, args.within, require_mount_point=not args.any_directory)
+    print(("clean: " if ok else "NOT clean: ") + message, flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
