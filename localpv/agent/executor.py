@@ -93,6 +93,8 @@ class Executor:
         self.collisions: dict[str, str] = {}
         #: Volume mode of each in-process cleanup started, for its metrics when it ends.
         self._cleanup_modes: dict[str, str] = {}
+        #: (entry path, class) -> (skip reason, when last logged): see _log_conditions.
+        self._conditions: dict[tuple[str, str], tuple[str, float]] = {}
         self._first_seen: dict[str, float] = {}
 
     def _node_obj(self) -> Obj:
@@ -113,9 +115,26 @@ class Executor:
             self.create(create)
         for event in result.events:
             self.recorder.event(event.obj, event.type, event.reason, event.message)
-        for skip in result.skipped:
-            log.log(logging.WARNING if skip.error else logging.DEBUG, "skipped %s (class %s): %s",
-                    skip.path, skip.cls, skip.reason)
+        self._log_conditions(result)
+
+    #: A condition that persists is logged again this often (a reminder, not every pass).
+    REMINDER_INTERVAL = 600.0
+
+    def _log_conditions(self, result: Plan) -> None:
+        """Log why entries are skipped when that starts, changes and ends - with a periodic
+        reminder - instead of on every pass (a stray directory made ~70 lines a minute)."""
+        now = self.clock.monotonic()
+        current = {(s.path, s.cls): s for s in result.skipped}
+        for key, skip in current.items():
+            seen = self._conditions.get(key)
+            if seen is None or seen[0] != skip.reason or now - seen[1] >= self.REMINDER_INTERVAL:
+                again = seen is not None and seen[0] == skip.reason
+                log.log(logging.WARNING if skip.error else logging.INFO, "%s %s (class %s): %s",
+                        "still skipping" if again else "skipping", skip.path, skip.cls, skip.reason)
+                self._conditions[key] = (skip.reason, now)
+        for key in [k for k in self._conditions if k not in current]:
+            log.info("no longer skipping %s (class %s)", *key)
+            del self._conditions[key]
 
     def confirm_orphan(self, orphan: ConfirmOrphan) -> None:
         try:

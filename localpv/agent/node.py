@@ -142,6 +142,8 @@ class NodeAgent:
         self._started_at: float | None = self.clock.monotonic()
         self._failed_passes = 0
         self._last_pass_error = ""
+        self._last_mounts: frozenset[str] | None = None
+        self._last_pass_end = 0.0
         self._host_events: Any = None
         self._taint_removed = False
         self._pass_lock = threading.Lock()
@@ -229,7 +231,7 @@ class NodeAgent:
         if self.options.watch_host:
             from localpv.agent.triggers import HostEventWatcher
 
-            self._host_events = HostEventWatcher(self.trigger)
+            self._host_events = HostEventWatcher(self._on_host_event)
             self._host_events.start()
         if run_loop:
             self._spawn(self._loop, "reconcile")
@@ -243,6 +245,29 @@ class NodeAgent:
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         self.supervisor.spawn(name, target)
+
+    def _relevant_mounts(self) -> frozenset[str]:
+        """The mount points at or below a discovery directory: the only ones that matter."""
+        dirs = set()
+        for cls in self.config.current.classes.values():
+            dirs.add(cls.mount_dir.rstrip("/") or "/")
+            dirs.add(os.path.realpath(cls.mount_dir))
+        try:
+            mounts = self.mount_table()
+        except OSError:
+            return frozenset({"<unreadable>"})
+        return frozenset(m for m in mounts if any(m == d or m.startswith(d + "/") for d in dirs))
+
+    def _on_host_event(self, kind: str) -> None:
+        """A mount-table change wakes the loop only if it changed what is mounted under a
+        discovery directory: a busy node mounts and unmounts pod volumes all the time."""
+        if kind == "mount":
+            relevant = self._relevant_mounts()
+            if relevant == self._last_mounts:
+                self.metrics.reconcile_triggers.labels("mount-elsewhere").inc()
+                return
+            self._last_mounts = relevant
+        self.trigger(kind)
 
     def _on_node_change(self, kind: str, _old: Obj | None, new: Obj | None) -> None:
         """Follow the Node object: a new uid (re-created Node) or new labels change the PVs."""
@@ -369,10 +394,16 @@ class NodeAgent:
                 wait = min(wait, status.retry_at - now + 0.01)
         return wait
 
+    #: Passes start at most this often: a burst of triggers becomes one pass, not hundreds.
+    MIN_PASS_INTERVAL = 0.1
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             self.clock.wait(self._wake, self._next_wait())
             if self._stop.is_set():
+                return
+            pause = self._last_pass_end + self.MIN_PASS_INTERVAL - self.clock.monotonic()
+            if pause > 0 and self.clock.wait(self._stop, pause):
                 return
             self._wake.clear()
             with self._trigger_lock:
@@ -386,6 +417,7 @@ class NodeAgent:
                 self._last_pass_error = f"{type(err).__name__}: {err}"[:300]
                 self.metrics.reconcile_failures.inc()
                 log.exception("reconcile pass failed")
+            self._last_pass_end = self.clock.monotonic()
 
     def _watch_config(self) -> None:
         while not self.clock.wait(self._stop, self.options.config_sync_period):
