@@ -100,6 +100,9 @@ class NfsReplica:
     def healthy(self) -> tuple[bool, str]:
         if self.elector is not None and not self.elector.healthy():
             return False, "leader lease lost"
+        problems = self.controller.problems() if self.controller is not None else []
+        if problems:
+            return False, "; ".join(problems)
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:

@@ -32,6 +32,7 @@ from localpv.kube.workqueue import ItemBackoff, WorkQueue
 from localpv.naming import PROVISIONED_BY_ANNOTATION
 from localpv.nfs.metrics import NfsMetrics
 from localpv.nfs.provisioner import DeleteFailed, Note, NotMine, Provisioned, ProvisionFailed, ProvisionRequest
+from localpv.supervise import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ class ProvisionController:
         self._deleted: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self.supervisor = Supervisor(clock=self.clock, stopping=self._stop)
         self.synced = threading.Event()
         cache.claims.handlers.append(self._on_claim)
         cache.pvs.handlers.append(self._on_volume)
@@ -161,13 +162,18 @@ class ProvisionController:
         self.claim_queue.shutdown()
         self.volume_queue.shutdown()
         self.cache.stop()
-        for thread in self._threads:
-            thread.join(10)
+        self.supervisor.stop()
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        self._threads.append(thread)
-        thread.start()
+        self.supervisor.spawn(name, target)
+
+    def problems(self) -> list[str]:
+        """Why this controller is not doing its job: a worker or the resync loop dead or
+        crash-looping, or a cache whose thread stopped (empty when all is well)."""
+        found = self.supervisor.problems()
+        found += [f"{i.name} is not running" for i in (self.cache.claims, self.cache.pvs, self.cache.classes)
+                  if not i.alive()]
+        return found
 
     def _run(self) -> None:
         while not self.cache.wait_synced(1.0):
