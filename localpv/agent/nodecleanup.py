@@ -50,6 +50,7 @@ from localpv.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_V
 from localpv.kube.workqueue import ItemBackoff, WorkQueue
 from localpv.metrics import NodeCleanupMetrics
 from localpv.naming import HOSTNAME_LABEL_KEY, node_label_value
+from localpv.supervise import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ class NodeCleanupController:
         self._rescan = threading.Event()
         self._stale_wake = threading.Event()
         self._last_stale_pass = self.clock.monotonic()
-        self._threads: list[threading.Thread] = []
+        self.supervisor = Supervisor(clock=self.clock, stopping=self._stop)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -339,16 +340,13 @@ class NodeCleanupController:
         self._rescan.set()
         self._stale_wake.set()
         self.queue.shutdown()
-        for thread in self._threads:
-            thread.join(5)
+        self.supervisor.stop(5)
         for informer in (self.nodes, self.pvs):
             informer.stop()
         self.recorder.stop()
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        self.supervisor.spawn(name, target)
 
     def _every(self, period: float, wake: threading.Event, body: Callable[[], None]) -> None:
         """Run ``body`` now, then after each ``period`` or as soon as ``wake`` is set."""
@@ -369,7 +367,13 @@ class NodeCleanupController:
         waiting out API retries during an outage is slow, not dead: hence the 5 min floor)."""
         stale = self.clock.monotonic() - self._last_stale_pass
         limit = max(300.0, 6 * self.options.stale_pv_discovery_interval)
-        return stale < limit, f"last stale-PV pass {stale:.0f}s ago"
+        problems = self.supervisor.problems()
+        problems += [f"{i.name} is not running" for i in (self.nodes, self.pvs) if i.has_synced() and not i.alive()]
+        if stale >= limit:
+            problems.append(f"last stale-PV pass {stale:.0f}s ago")
+        if problems:
+            return False, "; ".join(problems)
+        return True, f"last stale-PV pass {stale:.0f}s ago"
 
     def scheduled(self) -> dict[str, float]:
         """PV names whose claim deletion is pending, with the (clock) time it is due."""

@@ -445,3 +445,11 @@ def test_command_cleans_up_serves_metrics_and_stops_on_sigterm(env: Env, tmp_pat
 def test_command_rejects_bad_flags(args: list[str]) -> None:
     result = CliRunner().invoke(cli, ["node-cleanup", *args])
     assert result.exit_code == 2 and "Invalid value" in result.output
+
+
+def test_a_dead_cache_makes_node_cleanup_unhealthy(env: Env) -> None:
+    controller = env.start()
+    assert controller.healthy()[0]
+    controller.pvs.stop()
+    ok, why = controller.healthy()
+    assert not ok and "node-cleanup-pvs is not running" in why
