@@ -93,7 +93,9 @@ class DirtyVolumeError(CleanError):
     """Entries remain inside the volume after cleaning.
 
     ``remaining`` holds up to a limit of remaining top-level names, ``total`` their number,
-    ``problems`` the reasons met on the way (a foreign mount, a permission error...).
+    ``problems`` the reasons met on the way (a foreign mount, a permission error...). The
+    message says how many entries remain and why, never their names: they are the
+    tenant's, and the message travels to events, logs and ``/status``.
     """
 
     def __init__(self, root: str, remaining: Sequence[str], total: int, problems: Sequence[str] = ()) -> None:
@@ -101,11 +103,9 @@ class DirtyVolumeError(CleanError):
         self.remaining = tuple(remaining)
         self.total = total
         self.problems = tuple(problems)
-        shown = ", ".join(repr(n) for n in self.remaining)
-        more = f" and {total - len(self.remaining)} more" if total > len(self.remaining) else ""
-        message = f'volume "{root}" is not empty: {total} entries remain: {shown}{more}'
+        message = f'volume "{root}" is not empty: {total} {"entry remains" if total == 1 else "entries remain"}'
         if self.problems:
-            message = "; ".join(self.problems) + ". " + message
+            message = "; ".join(_counted(self.problems)) + ". " + message
         super().__init__(message)
 
 
@@ -233,6 +233,14 @@ def clean_directory(
     return CleanReport(root, walk.files, walk.dirs, walk.bytes_freed, time.monotonic() - started)
 
 
+def _counted(problems: Sequence[str]) -> list[str]:
+    """Each distinct problem once, with how often it was met."""
+    counts: dict[str, int] = {}
+    for problem in problems:
+        counts[problem] = counts.get(problem, 0) + 1
+    return [problem if n == 1 else f"{problem} ({n} times)" for problem, n in counts.items()]
+
+
 def _raise_if_dirty(root: str, names: Sequence[str], limit: int, problems: Sequence[str]) -> None:
     if names:
         raise DirtyVolumeError(root, sorted(names)[:limit], len(names), problems)
@@ -304,8 +312,10 @@ def _is_mount_root(fd: int) -> bool:
         os.close(parent)
 
 
-def _foreign_mount(path: str) -> str:
-    return f"filesystem mounted at {path} inside the volume; unmount it"
+def _foreign_mount(root: str) -> str:
+    # Names of entries inside a volume are the tenant's: they appear in no message. The
+    # operator finds the mount with findmnt.
+    return f"a filesystem is mounted inside the volume; unmount it (findmnt -R {root} lists it)"
 
 
 def _grant_owner_access(path_fd: int, st: os.stat_result) -> None:
@@ -383,10 +393,6 @@ class _Walk:
                 self._climb(self._stack[-1])
                 self._remove_dir(frame)
 
-    def _path(self, name: str) -> str:
-        """The path of ``name`` in the current directory, for messages only."""
-        return os.path.join(self.root, *(f.name for f in self._stack[1:]), name)
-
     def _problem(self, message: str) -> None:
         """Record why something stays; the current directory then cannot be removed."""
         self._stack[-1].keep = True
@@ -400,10 +406,10 @@ class _Walk:
         except FileNotFoundError:
             return  # removed by someone else meanwhile: fine
         except OSError as e:
-            self._problem(f'cannot stat "{self._path(name)}": {e.strerror}')
+            self._problem(f"cannot stat an entry: {e.strerror}")
             return
         if st.st_dev != self._root_dev:
-            self._problem(_foreign_mount(self._path(name)))
+            self._problem(_foreign_mount(self.root))
         elif stat.S_ISDIR(st.st_mode):
             self._enter(name, st)
         else:
@@ -437,7 +443,7 @@ class _Walk:
         except FileNotFoundError:
             return
         except OSError as e:
-            self._problem(f'cannot open directory "{self._path(name)}": {e.strerror}')
+            self._problem(f"cannot open a directory: {e.strerror}")
             return
         try:
             fd = self._open_if_ours(name, path_fd, st)
@@ -449,7 +455,7 @@ class _Walk:
             frame = _Frame(name, _ident(st), st.st_blocks, os.listdir(fd))
         except OSError as e:
             os.close(fd)
-            self._problem(f'cannot read directory "{self._path(name)}": {e.strerror or e}')
+            self._problem(f"cannot read a directory: {e.strerror or e}")
             return
         os.close(self._fd)
         self._fd = fd
@@ -461,16 +467,16 @@ class _Walk:
         try:
             current = os.fstat(path_fd)
             if _ident(current) != _ident(st):
-                self._problem(f'"{self._path(name)}" was replaced during cleaning')
+                self._problem("a directory was replaced during cleaning")
                 return None
             if _mount_id(path_fd) != self._root_mount:
-                self._problem(_foreign_mount(self._path(name)))
+                self._problem(_foreign_mount(self.root))
                 return None
             if current.st_mode & _OWNER_RWX != _OWNER_RWX:
                 _grant_owner_access(path_fd, current)
             return os.open(f"/proc/self/fd/{path_fd}", _REOPEN_FLAGS)
         except OSError as e:
-            self._problem(f'cannot open directory "{self._path(name)}": {e.strerror or e}')
+            self._problem(f"cannot open a directory: {e.strerror or e}")
             return None
 
     def _on_another_mount(self, name: str) -> bool:
@@ -489,9 +495,9 @@ class _Walk:
     def _removal_failed(self, name: str, error: OSError, what: str) -> None:
         """Record why ``name`` could not be removed; ``EBUSY`` on a mount point names the mount."""
         if error.errno == errno.EBUSY and self._on_another_mount(name):
-            self._problem(_foreign_mount(self._path(name)))
+            self._problem(_foreign_mount(self.root))
         else:
-            self._problem(f'{what} "{self._path(name)}": {error.strerror}')
+            self._problem(f"{what} an entry: {error.strerror}")
 
     def _climb(self, parent: _Frame) -> None:
         """Go back up through ``..`` and check it is the directory we came down from."""

@@ -100,8 +100,9 @@ def test_foreign_filesystem_inside_survives_and_fails_the_clean(volume: Path, mo
     (volume / "other").write_text("x")
     foreign = mounter.tmpfs(volume / "a" / "b", size=MiB)
     (foreign / "theirs").write_text("not ours")
-    with pytest.raises(DirtyVolumeError, match=f"filesystem mounted at {foreign} inside the volume; unmount it") as exc:
+    with pytest.raises(DirtyVolumeError, match="a filesystem is mounted inside the volume; unmount it") as exc:
         clean_directory(str(volume))
+    assert "theirs" not in str(exc.value) and "/a/b" not in str(exc.value)
     assert exc.value.remaining == ("a",)
     assert (foreign / "theirs").read_text() == "not ours"
     assert os.listdir(volume / "a") == ["b"], "the rest of the volume is still cleaned"
@@ -117,7 +118,7 @@ def test_same_filesystem_bind_mount_inside_is_not_entered(tmpfs: Path, tmp_path:
     (tmpfs / "vol" / "x").mkdir(parents=True)
     vol = mounter.bind(tmpfs / "vol", tmp_path / "vol")
     inner = mounter.bind(tmpfs / "etc", vol / "x")
-    with pytest.raises(DirtyVolumeError, match=f"filesystem mounted at {inner} inside the volume"):
+    with pytest.raises(DirtyVolumeError, match="a filesystem is mounted inside the volume"):
         clean_directory(str(vol))
     assert (tmpfs / "etc" / "passwd").read_text() == "root:x:0:0"
 
@@ -215,13 +216,14 @@ def test_refuses_root_dir_spelled_differently() -> None:
         clean_directory("/tmp/..//./")
 
 
-def test_verify_empty_lists_what_remains(tmp_path: Path) -> None:
+def test_verify_empty_counts_what_remains_without_naming_it(tmp_path: Path) -> None:
     verify_empty(str(tmp_path))
     for i in range(15):
-        (tmp_path / f"f{i:02}").write_text("")
-    with pytest.raises(DirtyVolumeError, match=r"15 entries remain: 'f00', 'f01', 'f02' and 12 more$") as exc:
+        (tmp_path / f"secret-{i:02}").write_text("")
+    with pytest.raises(DirtyVolumeError, match=r"15 entries remain$") as exc:
         verify_empty(str(tmp_path), limit=3)
-    assert exc.value.total == 15
+    assert exc.value.total == 15 and "secret" not in str(exc.value)
+    assert exc.value.remaining == ("secret-00", "secret-01", "secret-02")  # for callers, never printed
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ def test_outside_directory_bind_mounted_inside_keeps_its_mode(
     vol = shared_filesystem_volume(tmpfs, tmp_path, mounter)
     (vol / "a").mkdir()
     inner = mounter.bind(outside, vol / "a" / "x")
-    with pytest.raises(DirtyVolumeError, match=f"filesystem mounted at {inner} inside the volume"):
+    with pytest.raises(DirtyVolumeError, match="a filesystem is mounted inside the volume"):
         clean_directory(str(vol))
     assert mode_of(outside) == outside_mode, "a mode bit outside the volume changed"
     assert mode_of(outside / "sub") == 0o755
@@ -80,8 +80,10 @@ def test_same_filesystem_file_bind_mounted_inside_is_named_and_untouched(
     (vol / "d" / "f").write_text("tenant")
     (vol / "d" / "other").write_text("tenant")
     inner = mounter.bind(precious, vol / "d" / "f")
-    with pytest.raises(DirtyVolumeError, match=f"filesystem mounted at {inner} inside the volume; unmount it"):
+    with pytest.raises(DirtyVolumeError, match=f"a filesystem is mounted inside the volume; unmount it "
+                                               f"\\(findmnt -R {vol} lists it\\)") as exc:
         clean_directory(str(vol))
+    assert str(inner.relative_to(vol)) not in str(exc.value), "tenant names appear in no message"
     assert precious.read_text() == "keep"
     assert mode_of(precious) == 0o400
     assert os.listdir(vol / "d") == ["f"], "the rest of the volume is still cleaned"
