@@ -407,7 +407,9 @@ def _follow_volumes(
                         _suspect(world, journal, by_path, out, other, path)
                 _set(journal, out, path, replace(journal[path], ident=here.ident))
             continue
-        if record.state not in DIRTY or not record.ident or path in by_path:
+        # An offered record whose PV is gone may hold data too: the claim may have come and
+        # gone while the agent was down (the orphan check then cleans it where it is now).
+        if record.state not in (*DIRTY, OFFERED) or not record.ident or path in by_path:
             continue
         targets = [v for v in by_ident.get(record.ident, [])
                    if v.host_path not in by_path and _replaceable(journal.get(v.host_path))]
@@ -712,7 +714,8 @@ def _ident_owners(world: World, journal: Mapping[str, JournalEntry], by_path: Ma
     for path, record in sorted(journal.items()):
         if not record.ident or record.state == CLEAN:
             continue
-        if record.state in DIRTY or (path in visible and path in by_path):
+        unknown_past = record.state == OFFERED and path not in by_path  # its PV is gone: may hold data
+        if record.state in DIRTY or unknown_past or (path in visible and path in by_path):
             owners.setdefault(record.ident, path)
     return owners
 

@@ -138,6 +138,11 @@ class Informer:
                 log.warning("%s: %s; retrying in %.1fs", self.name, err, delay)
                 if not isinstance(err, Retryable):
                     rv = None  # a permanent error may mean our view is wrong: start over
+                elif rv is not None:
+                    # Resume after the last event applied, not where the broken watch began:
+                    # replaying applied events briefly brings back deleted incarnations (a
+                    # Released copy of a PV that is Bound again), which the agent acts on.
+                    rv = self.resource_version or rv
                 self.clock.wait(self._stop, delay)
 
     def _relist(self) -> str:

@@ -117,7 +117,7 @@ def test_same_filesystem_bind_mount_inside_is_not_entered(tmpfs: Path, tmp_path:
     (tmpfs / "etc" / "passwd").write_text("root:x:0:0")
     (tmpfs / "vol" / "x").mkdir(parents=True)
     vol = mounter.bind(tmpfs / "vol", tmp_path / "vol")
-    inner = mounter.bind(tmpfs / "etc", vol / "x")
+    mounter.bind(tmpfs / "etc", vol / "x")
     with pytest.raises(DirtyVolumeError, match="a filesystem is mounted inside the volume"):
         clean_directory(str(vol))
     assert (tmpfs / "etc" / "passwd").read_text() == "root:x:0:0"

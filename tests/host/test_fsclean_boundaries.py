@@ -43,7 +43,7 @@ def test_outside_directory_bind_mounted_inside_keeps_its_mode(
     outside.chmod(outside_mode)
     vol = shared_filesystem_volume(tmpfs, tmp_path, mounter)
     (vol / "a").mkdir()
-    inner = mounter.bind(outside, vol / "a" / "x")
+    mounter.bind(outside, vol / "a" / "x")
     with pytest.raises(DirtyVolumeError, match="a filesystem is mounted inside the volume"):
         clean_directory(str(vol))
     assert mode_of(outside) == outside_mode, "a mode bit outside the volume changed"

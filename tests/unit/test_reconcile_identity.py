@@ -197,3 +197,15 @@ def test_orphan_confirmation_still_applies_to_a_used_record_without_pv() -> None
     result = plan(make_world(scans={"sc1": [vol()]}, journal={"/mnt/disks/vol1": record}))
     assert result.orphans == [ConfirmOrphan(name_of("vol1"), "/mnt/disks/vol1", record)]
     assert result.creates == []
+
+
+def test_offered_record_whose_pv_is_gone_is_not_offered_under_an_alias() -> None:
+    # Found by the campaign: the agent never saw the PV bound (down, or its cache lagged),
+    # the tenant wrote and left, the operator changed hostDir and deleted the PV.
+    config = make_config({"sc1": ALIAS})
+    record = replace(jentry(OFFERED, pv_uid="uid-1"), ident=IDENT)
+    result = plan(make_world(config, {"sc1": [vol(mount_dir="/discovery/alias")]},
+                             journal={"/mnt/disks/vol1": record}))
+    assert result.creates == []
+    assert result.journal["/mnt/alias/vol1"] is not None and result.journal["/mnt/disks/vol1"] is None
+    assert [o.host_path for o in result.orphans] == ["/mnt/alias/vol1"], "confirmed gone, then cleaned"
