@@ -24,8 +24,10 @@ from __future__ import annotations
 import collections
 import errno
 import functools
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
@@ -95,6 +97,12 @@ class StorageProbes:
         self.workers = workers
         self.max_stuck = max_stuck
         self.timeout = timeout
+        self._reset()
+        _POOLS.add(self)
+
+    def _reset(self) -> None:
+        """Empty state; also what a forked child starts from (no thread of the parent exists
+        there, and the lock may have been held by one of them)."""
         self._cond = threading.Condition()
         self._queue: collections.deque[_Job[object]] = collections.deque()
         self._threads = 0
@@ -244,6 +252,16 @@ class StorageProbes:
             self._spawn_locked()
             self._cond.notify_all()
 
+
+_POOLS: weakref.WeakSet[StorageProbes] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_POOLS):
+        pool._reset()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _DEFAULT = StorageProbes()  # no thread starts before the first probe
 
