@@ -319,23 +319,22 @@ class Executor:
         whose loop condition never lets it run). True when the taint is gone."""
         if not key:
             return True
-        for _ in range(5):
-            try:
-                node = self.api.get(NODES, self.node.name)
-                taints = (node.get("spec") or {}).get("taints") or []
-                kept = [t for t in taints if t.get("key") != key]
-                if len(kept) == len(taints):
-                    return True
-                node["spec"]["taints"] = kept
-                self.api.replace(NODES, node)
+
+        def without_taint(node: Obj) -> Obj | None:
+            taints = (node.get("spec") or {}).get("taints") or []
+            kept = [t for t in taints if t.get("key") != key]
+            if len(kept) == len(taints):
+                return None
+            node["spec"]["taints"] = kept
+            return node
+
+        try:  # a Node changed under us is read again by the API layer
+            if self.api.update(NODES, self.node.name, without_taint) is not None:
                 log.info("removed taint %s from node %s", key, self.node.name)
-                return True
-            except Conflict:
-                continue  # the node changed under us: read it again
-            except ApiError as err:
-                log.warning("cannot remove taint %s: %s", key, err)
-                return False
-        return False
+        except ApiError as err:
+            log.warning("cannot remove taint %s: %s", key, err)
+            return False
+        return True
 
     # ------------------------------------------------------------------ node-wide operations
 

@@ -37,9 +37,9 @@ from localpv.host.cleaner import ProcessRecords
 from localpv.host.mounts import mount_points
 from localpv.host.scan import Entry, ScanError, scan_directory
 from localpv.kube.api import KubeApi, Obj
-from localpv.kube.errors import Backoff, call_with_retries
+from localpv.kube.errors import Backoff
 from localpv.kube.events import WARNING, EventRecorder
-from localpv.kube.informer import Informer
+from localpv.kube.informer import Informer, jittered_period
 from localpv.kube.resources import NODES, PERSISTENT_VOLUMES, STORAGE_CLASSES
 from localpv.metrics import AgentMetrics
 from localpv.naming import (
@@ -179,10 +179,7 @@ class NodeAgent:
         """
         for pid in self.cleaner_records.kill_leftovers():
             log.warning("killed cleaner process group %d left over by a previous agent", pid)
-        node_obj = call_with_retries(
-            lambda: self.api.get(NODES, self.options.node_name),
-            Backoff(initial=1.0, maximum=5.0, attempts=5), clock=self.clock, stop=self._stop,
-        )
+        node_obj = self.api.get(NODES, self.options.node_name)  # retried inside the API layer, as every request
         self.node = NodeInfo.from_object(node_obj)
         if not self.node.uid or HOSTNAME_LABEL_KEY not in self.node.labels:
             raise AgentError(f"Node {self.node.name} has no uid or no {HOSTNAME_LABEL_KEY} label")
@@ -223,7 +220,10 @@ class NodeAgent:
         # collector deletes as fast as they are made (with setPVOwnerRef).
         self.nodes = Informer(self.api, NODES, field_selector=f"metadata.name={self.node.name}", clock=self.clock,
                               on_change=self._on_node_change, name="node-informer")
+        # minResyncPeriod, as upstream uses it: each cache relists after a period drawn in [min, 2·min).
+        resync = jittered_period(config.min_resync_period)
         for informer in self._informers():
+            informer.resync_period = resync
             informer.start()
         for informer in self._informers():
             if not informer.wait_synced(60):

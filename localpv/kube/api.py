@@ -1,14 +1,44 @@
 """The narrow seam between localpv and the API server: plain-dict REST calls.
 
 It uses the real ``kubernetes`` client for what it is good at (kubeconfig, auth, TLS,
-connection pooling) and sends/receives JSON dicts through ``ApiClient.call_api``. All
-errors are classified by :mod:`localpv.kube.errors`; transient ones are retried here with
-backoff and jitter; every request is reported to an observer (request metrics).
+connection pooling) and sends/receives JSON dicts through ``ApiClient.call_api``.
+
+**One failure policy, in one place.**
+
+* *A closed boundary.* Every exception that leaves :mod:`localpv.kube` is an
+  :class:`~localpv.kube.errors.ApiError` subclass: HTTP statuses by
+  :func:`~localpv.kube.errors.classify_status`; refused or reset connections, timeouts,
+  urllib3 and TLS errors as ``Retryable``; an answer that is not JSON of the shape the API
+  sends (a proxy's HTML, a truncated body, an array where an object belongs, a watch line
+  that is not an event) as ``BadResponse``; anything else the client library raises as
+  ``Permanent``. Every attempt is reported to the observer with its error, so a garbage
+  body is counted as a failure, never as "ok".
+* *Requests are retried here and nowhere else.* A get, list page, create, replace, patch
+  or delete that fails ``Retryable`` is sent again after ``backoff`` (exponential, with
+  jitter, at most ``backoff.attempts`` tries), or after the server's ``Retry-After`` when
+  it gives one (capped at ``backoff.maximum``); ``stop`` cuts the wait short. Every other
+  class is raised at once. Nothing above this module retries a request: a caller that
+  gets an ``ApiError`` gives up that action, and its own schedule - the agent's next pass,
+  a work queue's per-item backoff, the leader elector's retry period - decides again
+  later from fresh state. The client library's own retries (urllib3 retries resets and
+  timeouts three times, and sleeps through ``Retry-After`` out of sight) are switched off
+  on every client handed to :class:`KubeApi`.
+* *Conflicts* are not retried blindly: :meth:`KubeApi.update` reads, changes and writes
+  again, so the change is re-decided on the new state.
+* *Watches* are not retried here: :class:`~localpv.kube.informer.Informer` owns re-watch
+  and relist, with its own backoff, and lists through :meth:`KubeApi.with_policy`
+  without request retries, so the two loops never stack.
+
+**A good API citizen.** Every attempt of every request first takes a token from the
+process's rate limiter (:mod:`localpv.kube.ratelimit`); a watch takes one when it is
+opened, none for the events it brings.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,12 +51,17 @@ from localpv.clock import Clock, SystemClock
 from localpv.kube.errors import (
     ApiError,
     Backoff,
+    Conflict,
+    Permanent,
     Retryable,
-    call_with_retries,
+    bad_response,
     error_from_response,
     transport_error,
 )
+from localpv.kube.ratelimit import RateLimiter
 from localpv.kube.resources import Resource
+
+log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 #: One page of a list: its items and the list's resourceVersion.
@@ -41,6 +76,8 @@ PATCH_TYPES = {
     "strategic": "application/strategic-merge-patch+json",
 }
 
+WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
+
 
 @dataclass(frozen=True)
 class WatchEvent:
@@ -51,9 +88,49 @@ class WatchEvent:
 
 
 def _transport_exceptions() -> tuple[type[BaseException], ...]:
+    import http.client
+
     import urllib3
 
-    return (urllib3.exceptions.HTTPError, OSError, ConnectionError, TimeoutError)
+    return (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
+
+
+def _disable_client_retries(api_client: Any) -> None:
+    """Make urllib3 raise on the first failure: retrying is this module's decision alone."""
+    pool = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
+    settings = getattr(pool, "connection_pool_kw", None)
+    if isinstance(settings, dict) and settings.get("retries") is not False:
+        settings["retries"] = False
+        pool.clear()  # type: ignore[union-attr]
+
+
+def _unsent(exc: BaseException) -> bool:
+    """The connection was closed before the request went out or any answer came back."""
+    import http.client
+
+    causes = (exc, *getattr(exc, "args", ()), exc.__cause__, exc.__context__)
+    return any(isinstance(c, (http.client.RemoteDisconnected, BrokenPipeError)) for c in causes)
+
+
+def _json_object(raw: bytes) -> Obj:
+    """The decoded body, which must be a JSON object (an empty body is an empty object)."""
+    if not raw.strip():
+        return {}
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        raise bad_response("a body that is not JSON", raw) from err
+    if not isinstance(doc, dict):
+        raise bad_response(f"a JSON {type(doc).__name__} where an object belongs", raw)
+    return doc
+
+
+def _check_list(page: Obj) -> None:
+    items, meta = page.get("items"), page.get("metadata")
+    if items is not None and not (isinstance(items, list) and all(isinstance(i, dict) for i in items)):
+        raise bad_response("a list whose items are not objects", json.dumps(items)[:120])
+    if meta is not None and not isinstance(meta, dict):
+        raise bad_response("a list whose metadata is not an object", json.dumps(meta)[:120])
 
 
 class KubeApi:
@@ -69,6 +146,7 @@ class KubeApi:
         timeout: float = 30.0,
         stop: threading.Event | None = None,
         user_agent: str = "localpv",
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.api_client = api_client
         self.backoff = backoff or Backoff()
@@ -76,8 +154,21 @@ class KubeApi:
         self.observer = observer
         self.timeout = timeout
         self.stop = stop or threading.Event()
+        #: The process's rate limiter (None: unlimited, as in tests and benchmarks that say so).
+        self.limiter = limiter
         api_client.user_agent = user_agent
+        _disable_client_retries(api_client)
         self._transport_errors = _transport_exceptions()
+
+    def with_policy(self, *, backoff: Backoff | None = None, timeout: float | None = None) -> KubeApi:
+        """The same connection, rate limiter, observer, clock and stop event, with another
+        retry policy or timeout (leader election must fail fast; the informer retries itself)."""
+        other = copy.copy(self)
+        if backoff is not None:
+            other.backoff = backoff
+        if timeout is not None:
+            other.timeout = timeout
+        return other
 
     # ------------------------------------------------------------------ plumbing
 
@@ -93,37 +184,25 @@ class KubeApi:
         content_type: str = "application/json",
         stream: bool = False,
         timeout: float | tuple[float, float] | None = None,
+        check: Callable[[Obj], None] | None = None,
     ) -> Any:
-        """One HTTP request; returns the decoded JSON (or the raw response if ``stream``)."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        _, url, headers, _, _ = self.api_client.param_serialize(
-            method=method, resource_path=path, query_params=query or [], header_params=headers,
-            auth_settings=["BearerToken"],
-        )
+        """One attempt: a token, one HTTP request, the decoded JSON object (the raw response
+        if ``stream``), checked by ``check``. Raises only :class:`ApiError`."""
+        if self.limiter is not None:
+            self.limiter.acquire(self.stop)
         started = time.monotonic()
         error: ApiError | None = None
         try:
-            try:
-                resp = self.api_client.call_api(
-                    method, url, header_params=headers, body=body,
-                    _request_timeout=timeout if timeout is not None else self.timeout,
-                )
-            except self._transport_errors as exc:
-                raise transport_error(exc) from exc
-            except Exception as exc:  # the client wraps SSL and other transport issues
-                if getattr(exc, "status", None) == 0:
-                    raise transport_error(exc) from exc
-                raise
+            resp = self._send(method, path, query, body, content_type,
+                              timeout if timeout is not None else self.timeout)
             if not 200 <= resp.status < 300:
-                data = resp.read()
-                raise error_from_response(resp.status, data, resp.headers)
+                raise error_from_response(resp.status, self._read(resp), resp.headers)
             if stream:
                 return resp
-            try:
-                raw = resp.read()
-            except self._transport_errors as exc:
-                raise transport_error(exc) from exc
-            return json.loads(raw) if raw else {}
+            doc = _json_object(self._read(resp))
+            if check is not None:
+                check(doc)
+            return doc
         except ApiError as err:
             error = err
             raise
@@ -131,14 +210,62 @@ class KubeApi:
             if self.observer is not None:
                 self.observer(verb, res.plural, time.monotonic() - started, error)
 
-    def _retrying(self, fn: Callable[[], Any]) -> Any:
-        return call_with_retries(fn, self.backoff, clock=self.clock, stop=self.stop)
+    def _send(self, method: str, path: str, query: list[tuple[str, Any]] | None, body: Any, content_type: str,
+              timeout: float | tuple[float, float]) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            _, url, headers, _, _ = self.api_client.param_serialize(
+                method=method, resource_path=path, query_params=query or [], header_params=headers,
+                auth_settings=["BearerToken"],
+            )
+        except Exception as exc:
+            raise Permanent(0, "ClientError", f"{type(exc).__name__}: {exc}") from exc
+        unsent_once = False
+        while True:
+            try:
+                return self.api_client.call_api(method, url, header_params=headers, body=body,
+                                                _request_timeout=timeout)
+            except self._transport_errors as exc:
+                if _unsent(exc) and not unsent_once:
+                    # A pooled keep-alive connection the server had already closed: the request
+                    # never reached it. Sent again at once, once (Go's net/http does the same).
+                    unsent_once = True
+                    continue
+                raise transport_error(exc) from exc
+            except Exception as exc:
+                if getattr(exc, "status", None) == 0:  # the client wraps TLS failures as status 0
+                    raise transport_error(exc) from exc
+                raise Permanent(0, "ClientError", f"{type(exc).__name__}: {exc}") from exc
+
+    def _read(self, resp: Any) -> bytes:
+        try:
+            data = resp.read()
+        except Exception as exc:  # a body cut short surfaces as urllib3, socket or http.client errors
+            raise transport_error(exc) from exc
+        return data if isinstance(data, bytes) else str(data or "").encode()
+
+    def _retrying(self, verb: str, res: Resource, fn: Callable[[], Obj]) -> Obj:
+        """Run one request, again after ``Retryable`` failures, per the backoff or Retry-After."""
+        attempt = 1
+        while True:
+            try:
+                return fn()
+            except Retryable as err:
+                if attempt >= self.backoff.attempts or self.stop.is_set():
+                    raise
+                delay = err.retry_after if err.retry_after is not None else self.backoff.delay(attempt)
+                delay = min(delay, self.backoff.maximum)
+                log.debug("%s %s: %s; retry %d/%d in %.2fs", verb, res.plural, err, attempt,
+                          self.backoff.attempts - 1, delay)
+                if self.clock.wait(self.stop, delay):
+                    raise
+                attempt += 1
 
     # ------------------------------------------------------------------ verbs
 
     def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj:
         path = res.path(namespace, _q(name))
-        return dict(self._retrying(lambda: self._request("get", res, "GET", path)))
+        return self._retrying("get", res, lambda: self._request("get", res, "GET", path))
 
     def list(
         self,
@@ -167,8 +294,8 @@ class KubeApi:
         field_selector: str | None = None,
         page_size: int = 500,
     ) -> Iterator[Page]:
-        """Yield (items, resourceVersion) page by page, so a scan of a large collection
-        holds one page in memory at a time."""
+        """Yield (items, resourceVersion) page by page, following every ``continue`` token,
+        so a scan of a large collection holds one page in memory at a time."""
         token: str | None = None
         while True:
             query: list[tuple[str, Any]] = [("limit", page_size)]
@@ -178,28 +305,49 @@ class KubeApi:
                 query.append(("fieldSelector", field_selector))
             if token:
                 query.append(("continue", token))
-            page = self._retrying(partial(self._request, "list", res, "GET", res.path(namespace), query=query))
-            items = page.get("items") or []
+            page = self._retrying("list", res, partial(self._request, "list", res, "GET", res.path(namespace),
+                                                       query=query, check=_check_list))
+            items: list[Obj] = page.get("items") or []
             for item in items:
                 # Lists omit kind/apiVersion on items; restore them so objects are uniform.
                 item.setdefault("kind", res.kind)
                 item.setdefault("apiVersion", res.api_version)
             meta = page.get("metadata") or {}
             yield items, str(meta.get("resourceVersion") or "")
-            token = meta.get("continue")
+            token = str(meta.get("continue") or "")
             if not token:
                 return
 
     def create(self, res: Resource, obj: Obj, namespace: str | None = None) -> Obj:
         ns = namespace or (obj.get("metadata") or {}).get("namespace")
         path = res.path(ns)
-        return dict(self._retrying(lambda: self._request("create", res, "POST", path, body=obj)))
+        return self._retrying("create", res, lambda: self._request("create", res, "POST", path, body=obj))
 
     def replace(self, res: Resource, obj: Obj, *, subresource: str | None = None) -> Obj:
         """PUT; the object's resourceVersion makes it an optimistic-concurrency update."""
         meta = obj["metadata"]
         path = res.path(meta.get("namespace"), _q(meta["name"]), subresource)
-        return dict(self._retrying(lambda: self._request("update", res, "PUT", path, body=obj)))
+        return self._retrying("update", res, lambda: self._request("update", res, "PUT", path, body=obj))
+
+    def update(self, res: Resource, name: str, change: Callable[[Obj], Obj | None], namespace: str | None = None,
+               *, attempts: int = 5) -> Obj | None:
+        """Read, change, write back under the read resourceVersion; on Conflict (someone
+        wrote in between) read and change again, at most ``attempts`` times, then raise it.
+
+        ``change`` gets the object as read and returns the object to write, or None when
+        nothing needs changing (then nothing is written and None is returned).
+        """
+        attempt = 1
+        while True:
+            wanted = change(self.get(res, name, namespace))
+            if wanted is None:
+                return None
+            try:
+                return self.replace(res, wanted)
+            except Conflict:
+                if attempt >= attempts:
+                    raise
+                attempt += 1
 
     def patch(
         self,
@@ -213,9 +361,8 @@ class KubeApi:
     ) -> Obj:
         path = res.path(namespace, _q(name), subresource)
         content_type = PATCH_TYPES[patch_type]
-        return dict(self._retrying(
-            lambda: self._request("patch", res, "PATCH", path, body=patch, content_type=content_type)
-        ))
+        return self._retrying("patch", res, lambda: self._request("patch", res, "PATCH", path, body=patch,
+                                                                  content_type=content_type))
 
     def delete(
         self,
@@ -235,7 +382,7 @@ class KubeApi:
         if propagation:
             body["propagationPolicy"] = propagation
         path = res.path(namespace, _q(name))
-        return dict(self._retrying(lambda: self._request("delete", res, "DELETE", path, body=body)))
+        return self._retrying("delete", res, lambda: self._request("delete", res, "DELETE", path, body=body))
 
     def watch(
         self,
@@ -249,7 +396,8 @@ class KubeApi:
     ) -> WatchStream:
         """Open a watch from ``resource_version``; iterate the result for events.
 
-        Not retried here: the informer owns reconnect and relist decisions.
+        Not retried here: the informer owns reconnect and relist decisions. Opening it
+        takes one token from the rate limiter; its events take none.
         """
         query: list[tuple[str, Any]] = [
             ("watch", "true"), ("allowWatchBookmarks", "true"),
@@ -263,15 +411,14 @@ class KubeApi:
             "watch", res, "GET", res.path(namespace), query=query, stream=True,
             timeout=(10.0, timeout_seconds + 30.0),
         )
-        return WatchStream(resp, self._transport_errors)
+        return WatchStream(resp)
 
 
 class WatchStream:
     """Iterator over a chunked watch response; ``close()`` ends it from another thread."""
 
-    def __init__(self, resp: Any, transport_errors: tuple[type[BaseException], ...]) -> None:
+    def __init__(self, resp: Any) -> None:
         self._resp = resp
-        self._transport_errors = transport_errors
         self._closed = False
 
     def __iter__(self) -> Iterator[WatchEvent]:
@@ -285,7 +432,9 @@ class WatchStream:
                         yield _decode_event(line)
             if buffer.strip():
                 yield _decode_event(buffer)
-        except self._transport_errors as exc:
+        except ApiError:
+            raise
+        except Exception as exc:  # urllib3, socket and http.client errors: the stream broke
             if not self._closed:
                 raise transport_error(exc) from exc
         finally:
@@ -303,11 +452,17 @@ class WatchStream:
 
 
 def _decode_event(line: bytes) -> WatchEvent:
+    """One watch line: a JSON object with a known ``type`` and an object (whose metadata,
+    if any, is an object); anything else is a :class:`BadResponse`."""
     try:
         doc = json.loads(line)
-    except ValueError as err:
-        raise Retryable(0, "BadWatchEvent", f"undecodable watch line: {line[:120]!r}") from err
-    return WatchEvent(str(doc.get("type", "")), doc.get("object") or {})
+    except (ValueError, RecursionError) as err:
+        raise bad_response("a watch line that is not JSON", line) from err
+    obj = doc.get("object") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("type") not in WATCH_EVENT_TYPES or not isinstance(obj, dict) \
+            or not isinstance(obj.get("metadata", {}), dict):
+        raise bad_response("a watch line that is not a watch event", line)
+    return WatchEvent(str(doc["type"]), obj)
 
 
 def _q(name: str) -> str:

@@ -1,30 +1,30 @@
-"""The one place that decides what an API failure means and whether to retry it.
+"""What an API failure means: the exception classes, and the one classifier.
 
 Every call to the API server goes through :mod:`localpv.kube.api`, which turns HTTP
-statuses and transport failures into the exceptions below. Callers branch on the
-exception class, never on status codes:
+statuses, transport failures and undecodable answers into the exceptions below - and
+nothing else leaves the kube layer. Callers branch on the exception class, never on
+status codes:
 
-* :class:`Retryable` - connection refused/reset, timeouts, 429 and 5xx: try again later
-  with backoff (``retry_after`` honours the server's hint).
+* :class:`Retryable` - connection refused/reset, timeouts, 429 and 5xx: the same request
+  may succeed later (``retry_after`` carries the server's Retry-After hint).
+  :class:`BadResponse` is the Retryable kind for an answer that is not what the API sends
+  (HTML from a proxy, a body that is not a JSON object, a watch line that is not an event).
 * :class:`Conflict` - 409 on a stale resourceVersion or a failed precondition: re-read
   and decide again (it is not retried blindly: the decision may change).
 * :class:`AlreadyExists`, :class:`NotFound` - facts about the object, usually expected.
 * :class:`Gone` - 410 on a watch or list continuation: relist.
 * :class:`Permanent` - everything else (400, 401, 403, 422...): retrying cannot help; report.
+
+Where retries happen is said in :mod:`localpv.kube.api`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-from localpv.clock import Clock, SystemClock
-
-T = TypeVar("T")
+from typing import Any
 
 
 class ApiError(Exception):
@@ -40,6 +40,10 @@ class ApiError(Exception):
 
 class Retryable(ApiError):
     """Transient: the same request may succeed later."""
+
+
+class BadResponse(Retryable):
+    """The server (or something in front of it) answered with what the API never sends."""
 
 
 class Conflict(ApiError):
@@ -80,13 +84,13 @@ def error_from_response(status: int, body: bytes | str | None, headers: Any = No
 
 
 def _retry_after(headers: Any) -> float | None:
-    if headers is None:
-        return None
+    """The Retry-After header in seconds (what kube-apiserver sends); None if absent or not a number."""
     value = headers.get("Retry-After") if hasattr(headers, "get") else None
     try:
-        return float(value) if value is not None else None
+        seconds = float(value) if value is not None else None
     except ValueError:
         return None
+    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
 
 
 def classify_status(status: int, reason: str, message: str, retry_after: float | None = None) -> ApiError:
@@ -109,6 +113,12 @@ def transport_error(exc: BaseException) -> Retryable:
     return Retryable(0, "Transport", f"{type(exc).__name__}: {exc}")
 
 
+def bad_response(what: str, raw: bytes | str) -> BadResponse:
+    """An answer that is not what the API sends; keeps a short excerpt only (it may be a page of HTML)."""
+    excerpt = raw[:120] if isinstance(raw, str) else raw[:120].decode("utf-8", "replace")
+    return BadResponse(0, "BadResponse", f"{what}: {excerpt!r}")
+
+
 @dataclass(frozen=True)
 class Backoff:
     """Exponential backoff with full jitter, capped; ``attempts`` bounds the tries."""
@@ -127,33 +137,3 @@ class Backoff:
 
 
 NO_RETRY = Backoff(attempts=1)
-
-
-def call_with_retries(
-    fn: Callable[[], T],
-    backoff: Backoff,
-    *,
-    clock: Clock | None = None,
-    stop: threading.Event | None = None,
-    on_retry: Callable[[ApiError, int, float], None] | None = None,
-) -> T:
-    """Run ``fn``; retry :class:`Retryable` failures per ``backoff``; raise the rest.
-
-    ``stop`` interrupts the wait between attempts (shutdown must be prompt).
-    """
-    clock = clock or SystemClock()
-    stop = stop or threading.Event()
-    attempt = 1
-    while True:
-        try:
-            return fn()
-        except Retryable as err:
-            if attempt >= backoff.attempts or stop.is_set():
-                raise
-            delay = err.retry_after if err.retry_after is not None else backoff.delay(attempt)
-            delay = min(delay, backoff.maximum)
-            if on_retry is not None:
-                on_retry(err, attempt, delay)
-            if clock.wait(stop, delay):
-                raise
-            attempt += 1

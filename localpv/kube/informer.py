@@ -3,14 +3,29 @@
 The agent's PV informer selects on its own node label, so its traffic and memory grow
 with this node's volumes, not with the cluster (upstream watches every PV). The loop is
 the classic one: list (paged) → watch from the list's resourceVersion → on a clean end
-re-watch from the last seen version; on ``410 Gone`` relist and diff; on transient
-errors back off (with jitter) and re-watch. Bookmarks keep the version fresh so a
-re-watch after a quiet period does not need a relist.
+re-watch from the last seen version; on ``410 Gone`` relist and diff. Bookmarks keep the
+version fresh so a re-watch after a quiet period does not need a relist.
+
+This loop is the one place that retries list and watch: it lists through an API handle
+without request retries, and after any failure it backs off (with jitter, at least the
+server's Retry-After) and then
+
+* re-watches from the last applied event after a transient error (connection, 5xx, 429);
+* relists from scratch after anything else - a permanent error (our view may be wrong),
+  a garbage list body or watch line (events may have been lost), or an exception nobody
+  foresaw (logged with its traceback). The thread never dies of a failure.
+
+With a ``resync_period`` (upstream's ``minResyncPeriod``) it also relists once each
+period has passed, a period drawn anew each time (:func:`jittered_period`), so that
+caches refresh from the server and the nodes of a cluster do not relist in lock-step. A
+relist tells the handlers what changed, as after a 410.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +33,7 @@ from typing import Any
 
 from localpv.clock import Clock, SystemClock
 from localpv.kube.api import KubeApi, Obj, WatchStream
-from localpv.kube.errors import ApiError, Backoff, Gone, Retryable, classify_status
+from localpv.kube.errors import NO_RETRY, ApiError, Backoff, BadResponse, Gone, Retryable, classify_status
 from localpv.kube.resources import Resource
 
 log = logging.getLogger(__name__)
@@ -39,7 +54,19 @@ class InformerStats:
     watches: int = 0
     events: int = 0
     relists_after_gone: int = 0
+    #: Periodic relists (``resync_period``).
+    resyncs: int = 0
+    #: Failures of any kind (each is followed by a backoff).
     errors: int = 0
+
+
+def jittered_period(minimum: float, rng: random.Random | None = None) -> Callable[[], float] | None:
+    """Upstream's resync period: each call draws anew in [minimum, 2·minimum); None when
+    ``minimum`` is not positive (no periodic relist)."""
+    if minimum <= 0:
+        return None
+    draw = rng or random.Random()
+    return lambda: minimum * (1.0 + draw.random())
 
 
 class Informer:
@@ -58,8 +85,11 @@ class Informer:
         backoff: Backoff | None = None,
         watch_timeout: int = 300,
         name: str | None = None,
+        resync_period: Callable[[], float] | None = None,
     ) -> None:
         self.api = api
+        # This loop retries list and watch itself; request retries inside would stack on it.
+        self._lister = api.with_policy(backoff=NO_RETRY)
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -69,6 +99,9 @@ class Informer:
         self.backoff = backoff or Backoff(initial=0.5, maximum=30.0, attempts=1_000_000)
         self.watch_timeout = watch_timeout
         self.name = name or f"informer-{resource.plural}"
+        #: Seconds until the next periodic relist, drawn after each list (None: never).
+        self.resync_period = resync_period
+        self._relist_at: float | None = None
         self.stats = InformerStats()
         self._store: dict[str, Obj] = {}
         self._lock = threading.RLock()
@@ -120,37 +153,63 @@ class Informer:
         failures = 0
         rv: str | None = None
         while not self._stop.is_set():
+            listed = False
             try:
+                if rv is not None and self._resync_due():
+                    self.stats.resyncs += 1
+                    rv = None
                 if rv is None:
                     rv = self._relist()
+                    listed = True
                 rv = self._watch(rv)
                 failures = 0
             except Gone:
                 self.stats.relists_after_gone += 1
-                log.info("%s: resourceVersion expired, relisting", self.name)
                 rv = None
-            except ApiError as err:
+                if listed:  # even a fresh list's version is too old: do not spin on it
+                    failures += 1
+                    self.stats.errors += 1
+                    self._back_off(failures, "resourceVersion of a fresh list already expired; relisting")
+                else:
+                    log.info("%s: resourceVersion expired, relisting", self.name)
+            except Exception as err:  # the cache must outlive any failure, foreseen or not
                 if self._stop.is_set():
                     break
                 failures += 1
                 self.stats.errors += 1
-                delay = self.backoff.delay(failures)
-                log.warning("%s: %s; retrying in %.1fs", self.name, err, delay)
-                if not isinstance(err, Retryable):
-                    rv = None  # a permanent error may mean our view is wrong: start over
-                elif rv is not None:
-                    # Resume after the last event applied, not where the broken watch began:
-                    # replaying applied events briefly brings back deleted incarnations (a
-                    # Released copy of a PV that is Bound again), which the agent acts on.
-                    rv = self.resource_version or rv
-                self.clock.wait(self._stop, delay)
+                if isinstance(err, Retryable) and not isinstance(err, BadResponse):
+                    if rv is not None:
+                        # Resume after the last event applied, not where the broken watch began:
+                        # replaying applied events briefly brings back deleted incarnations (a
+                        # Released copy of a PV that is Bound again), which the agent acts on.
+                        rv = self.resource_version or rv
+                    self._back_off(failures, f"{err}; watching again", err.retry_after)
+                    continue
+                # A permanent error may mean our view is wrong, garbage may have hidden events,
+                # and after a bug nothing is known: start over from a list.
+                rv = None
+                if isinstance(err, ApiError):
+                    self._back_off(failures, f"{err}; relisting", err.retry_after)
+                else:
+                    log.error("%s: unexpected failure", self.name, exc_info=err)
+                    self._back_off(failures, f"unexpected {type(err).__name__}; relisting")
+
+    def _back_off(self, failures: int, what: str, retry_after: float | None = None) -> None:
+        delay = max(self.backoff.delay(failures), retry_after or 0.0)
+        log.warning("%s: %s in %.1fs", self.name, what, delay)
+        self.clock.wait(self._stop, delay)
+
+    def _resync_due(self) -> bool:
+        return self._relist_at is not None and self.clock.monotonic() >= self._relist_at
 
     def _relist(self) -> str:
-        items, rv = self.api.list(
+        items, rv = self._lister.list(
             self.resource, self.namespace,
             label_selector=self.label_selector, field_selector=self.field_selector,
         )
         self.stats.lists += 1
+        period = self.resync_period() if self.resync_period is not None else None
+        self._relist_at = self.clock.monotonic() + period if period is not None else None
         fresh = {object_key(o): o for o in items}
         with self._lock:
             old = self._store
@@ -169,10 +228,13 @@ class Informer:
         return rv
 
     def _watch(self, rv: str) -> str:
+        timeout = self.watch_timeout
+        if self._relist_at is not None:  # end the watch when the periodic relist is due
+            timeout = max(1, min(timeout, math.ceil(self._relist_at - self.clock.monotonic())))
         stream = self.api.watch(
             self.resource, self.namespace, resource_version=rv,
             label_selector=self.label_selector, field_selector=self.field_selector,
-            timeout_seconds=self.watch_timeout,
+            timeout_seconds=timeout,
         )
         self._stream = stream
         self.stats.watches += 1
@@ -224,7 +286,10 @@ def _rv(obj: Obj) -> str:
 
 
 def _status_error(status: Any) -> ApiError:
-    code = int(status.get("code") or 500) if isinstance(status, dict) else 500
+    try:
+        code = int(status.get("code") or 500) if isinstance(status, dict) else 500
+    except (TypeError, ValueError):
+        code = 500
     reason = str(status.get("reason") or "") if isinstance(status, dict) else ""
     message = str(status.get("message") or "watch error") if isinstance(status, dict) else "watch error"
     return classify_status(code, reason, message)
