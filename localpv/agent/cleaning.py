@@ -38,6 +38,7 @@ from localpv.host.probes import StorageHung, default_probes
 __all__ = [
     "IMAGE_SCRIPTS_DIR",
     "block_cleaner",
+    "cleaner_processes",
     "discovery_dir_problem",
     "filesystem_cleaner",
     "home_discovery_dir",
@@ -81,8 +82,18 @@ class _Lingering:
             if self._pids.get(volume) == pid:
                 del self._pids[volume]
 
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._pids)
+
 
 _LINGERING = _Lingering()
+
+
+def cleaner_processes() -> dict[str, int]:
+    """Every cleaner process of this agent not reaped yet, by volume (pid): running ones, and
+    killed ones stuck in the kernel on hung storage (those outlive their cleanup's end)."""
+    return _LINGERING.snapshot()
 
 #: Where the image installs the cleaner scripts (upstream's path, kept for compatibility).
 IMAGE_SCRIPTS_DIR = "/scripts"
