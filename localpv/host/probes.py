@@ -161,7 +161,7 @@ class StorageProbes:
     def hung(self) -> dict[str, float]:
         """Keys known hung, with the monotonic time their stuck probe started."""
         with self._cond:
-            return {key: job.started or 0.0 for key, job in self._hung.items()}
+            return {key: job.started or 0.0 for key, job in self._hung.items() if not job.finished}
 
     # ------------------------------------------------------------------ internals
 
@@ -181,9 +181,12 @@ class StorageProbes:
         while (len(self._queue) > self._idle
                and self._threads - len(self._abandoned) < self.workers
                and self._threads < self.workers + self.max_stuck):
+            try:
+                threading.Thread(target=self._work, name="storage-probe", daemon=True).start()
+            except RuntimeError:  # no thread to be had: what is queued waits for a running one
+                return
             self._threads += 1
-            self._idle += 1  # counted idle until it takes a job
-            threading.Thread(target=self._work, name="storage-probe", daemon=True).start()
+            self._idle += 1  # counted idle until it takes a job (it needs this lock first)
 
     def _work(self) -> None:
         while True:
