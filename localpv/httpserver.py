@@ -7,8 +7,11 @@ pass had no errors). Standard library only; one daemon thread.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import re
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,12 +25,69 @@ log = logging.getLogger(__name__)
 Probe = Callable[[], tuple[bool, str]]
 
 
+class ListenError(ValueError):
+    """The listen address cannot be served; the message says what was expected and what was found."""
+
+
+_PORT = re.compile(r"[0-9]{1,5}")
+_HOST = re.compile(r"[^\s:\[\]/]*")
+_EXAMPLES = '":8080", "127.0.0.1:8080" or "[::1]:8080"'
+
+
 def parse_listen_address(address: str) -> tuple[str, int]:
-    """``:8080`` → ("0.0.0.0", 8080); ``127.0.0.1:0`` → ("127.0.0.1", 0)."""
-    host, _, port = address.rpartition(":")
-    if not port.isdigit():
-        raise ValueError(f'invalid listen address "{address}" (expected [host]:port)')
-    return (host.strip("[]") or "0.0.0.0"), int(port)
+    """``:8080`` → ("0.0.0.0", 8080); ``127.0.0.1:0`` → ("127.0.0.1", 0); ``[::1]:9090`` → ("::1", 9090).
+
+    Raises :class:`ListenError` (a ValueError) saying what was expected and what was found.
+    """
+    host, colon, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]") and ":" in host:
+        host = host[1:-1]  # an IPv6 literal
+    elif not _HOST.fullmatch(host):
+        found = "an IPv6 address without brackets" if host.count(":") else f'"{address}"'
+        raise ListenError(f"expected [host]:port ({_EXAMPLES}), found {found}")
+    if not colon or not _PORT.fullmatch(port):
+        raise ListenError(f'expected [host]:port ({_EXAMPLES}), found "{address}"')
+    if int(port) > 65535:
+        raise ListenError(f"expected a port 0-65535, found {port}")
+    return host or "0.0.0.0", int(port)
+
+
+def _bind_problem(err: OSError, host: str, port: int) -> str:
+    if err.errno == errno.EADDRINUSE:
+        return f"expected a free port, found port {port} already in use on {host} (another process listens there)"
+    if err.errno == errno.EADDRNOTAVAIL:
+        return f"expected an address of this host (or none, for all of them), found {host}, " \
+               "which is not an address of this host"
+    if err.errno == errno.EACCES:
+        return f"expected a port this process may bind, found port {port}, which needs privileges " \
+               "(below 1024: root or CAP_NET_BIND_SERVICE)"
+    return f"expected an address to listen on, found that {host}:{port} cannot be bound ({err.strerror or err})"
+
+
+def bind_listener(address: str, backlog: int = 16) -> socket.socket:
+    """Parse ``address`` and listen on it now, so that a port in use is known before anything runs.
+
+    Raises :class:`ListenError` with one line: what was expected and what was found.
+    """
+    host, port = parse_listen_address(address)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as err:
+        reason = err.strerror if isinstance(err, socket.gaierror) else str(err)
+        raise ListenError(f'expected a host name or address of this host, found "{host}", '
+                          f"which does not resolve ({reason})") from err
+    family, kind, proto, _, sockaddr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        # As http.server does: a restarted process may bind while old connections linger in
+        # TIME_WAIT. It does not let two processes listen on one port (Linux refuses the bind).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+        sock.listen(backlog)
+    except OSError as err:
+        sock.close()
+        raise ListenError(_bind_problem(err, host, port)) from err
+    return sock
 
 
 class StatusServer:
@@ -35,7 +95,7 @@ class StatusServer:
 
     def __init__(
         self,
-        address: str,
+        address: str | socket.socket,
         registry: CollectorRegistry,
         *,
         ready: Probe,
@@ -77,8 +137,15 @@ class StatusServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("http: " + format, *args)
 
-        self._httpd = ThreadingHTTPServer(parse_listen_address(address), Handler)
-        self._httpd.daemon_threads = True
+        listener = bind_listener(address) if isinstance(address, str) else address
+        httpd = ThreadingHTTPServer(listener.getsockname()[:2], Handler, bind_and_activate=False)
+        httpd.socket.close()  # the unbound socket it made: serve the one already listening instead
+        httpd.socket = listener
+        httpd.address_family = listener.family
+        httpd.server_address = listener.getsockname()
+        httpd.server_name, httpd.server_port = str(httpd.server_address[0]), int(httpd.server_address[1])
+        httpd.daemon_threads = True
+        self._httpd = httpd
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="status-http", daemon=True)
 
     @property
@@ -89,5 +156,6 @@ class StatusServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._httpd.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever: forever if it never ran
+            self._httpd.shutdown()
         self._httpd.server_close()
