@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from localpv.clock import Clock, SystemClock
 from localpv.kube.api import KubeApi
-from localpv.kube.errors import Backoff
+from localpv.kube.errors import NO_RETRY
 from localpv.kube.events import EventRecorder
 from localpv.kube.leader import LeaderElector, LeaseConfig, default_identity, lock_name
+from localpv.kube.ratelimit import RateLimiter
 from localpv.nfs.controller import ClusterCache, ControllerSettings, ProvisionController
 from localpv.nfs.export import Export
 from localpv.nfs.metrics import NfsMetrics
@@ -73,9 +76,9 @@ class NfsReplica:
         self.elector: LeaderElector | None = None
         if options.leader_election:
             # Election requests must fail fast: a retry loop inside one renewal would
-            # outlast the renew deadline. The elector retries on its own period.
-            lease_api = KubeApi(api.api_client, backoff=Backoff(attempts=1), clock=self.clock,
-                                observer=api.observer, timeout=options.renew_deadline)
+            # outlast the renew deadline. The elector retries on its own period. Same
+            # connection, metrics and rate limiter as every other request of the process.
+            lease_api = api.with_policy(backoff=NO_RETRY, timeout=options.renew_deadline)
             self.elector = LeaderElector(lease_api, options.lease(), on_started=self._lead, on_stopped=self._unlead,
                                          clock=self.clock, recorder=self.recorder)
 
@@ -142,20 +145,22 @@ def check_mount_dir(path: str) -> str | None:
     return None
 
 
-def run(options: NfsOptions, *, kubeconfig: str | None, listen_address: str, metrics_path: str = "/metrics") -> int:
+def run(options: NfsOptions, *, api_client: Any, listener: socket.socket | str, metrics_path: str = "/metrics",
+        limiter: RateLimiter | None = None) -> int:
     """The ``localpv nfs`` process: serve probes and metrics, provision until told to stop.
 
+    ``api_client`` and ``listener`` (a listening socket, or an address to listen on) are
+    made by the caller, so that a bad kubeconfig or a port in use is reported before this runs.
     Returns 0 after SIGTERM/SIGINT, 1 when the leader lease was lost (the pod restarts).
     """
     import signal
 
     from localpv.httpserver import StatusServer
-    from localpv.kube.client import make_api_client
 
     metrics = NfsMetrics()
-    api = KubeApi(make_api_client(kubeconfig), observer=metrics.api.observe, user_agent="localpv-nfs")
+    api = KubeApi(api_client, observer=metrics.api.observe, user_agent="localpv-nfs", limiter=limiter)
     replica = NfsReplica(api, options, metrics=metrics)
-    server = StatusServer(listen_address, metrics.registry, ready=replica.ready, healthy=replica.healthy,
+    server = StatusServer(listener, metrics.registry, ready=replica.ready, healthy=replica.healthy,
                           metrics_path=metrics_path)
     signalled = threading.Event()
     done = threading.Event()
