@@ -621,7 +621,7 @@ def cleanup(device: str | None, directory: str | None, discovery_dirs: tuple[str
         assert directory is not None
         click.echo(f"warning: --unsafe-any-directory: emptying {directory} without checking it is a volume",
                    err=True)
-        fn = filesystem_cleaner(directory, None, require_mount_point=False)
+        fn = filesystem_cleaner(directory, None, require_mount_point=False, timeout=timeout)
     else:
         assert directory is not None
         for given in discovery_dirs:
@@ -636,7 +636,7 @@ def cleanup(device: str | None, directory: str | None, discovery_dirs: tuple[str
         if home is None:
             refuse("--dir", directory, not_an_entry_problem(directory, dirs))
         assert home is not None  # refuse() exited otherwise; None would skip the cleaner's own check
-        fn = filesystem_cleaner(directory, home)
+        fn = filesystem_cleaner(directory, home, timeout=timeout)
     outcome = fn(threading.Event())
     click.echo(("clean: " if outcome.ok else "NOT clean: ") + outcome.message, err=not outcome.ok)
     sys.exit(0 if outcome.ok else 1)

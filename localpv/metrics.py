@@ -107,6 +107,18 @@ class AgentMetrics:
                                       ["thread"], registry=r)
         self.reconcile_failures = Counter("localpv_reconcile_failures",
                                           "Reconcile passes that ended with an unexpected error.", registry=r)
+        self.hung_storage = Gauge("localpv_hung_storage",
+                                  "Discovery entries and directories that did not answer in time, by class.",
+                                  ["class"], registry=r)
+
+    def watch_stuck(self, probes: Callable[[], float], cleaners: Callable[[], float]) -> None:
+        """Threads and cleaner processes blocked on hung storage, read at scrape time."""
+        self.registry.register(_CallbackGauges(lambda: {
+            "localpv_storage_probes_stuck": probes(), "localpv_cleaners_lingering": cleaners()}, {
+            "localpv_storage_probes_stuck": "Threads blocked in a look at storage that did not answer in time.",
+            "localpv_cleaners_lingering": "Cleaner processes not reaped yet (running, or killed but stuck on "
+                                          "hung storage).",
+        }))
 
     def watch_proctable(self, stats: Callable[[], dict[str, float]]) -> None:
         """Upstream's ProcTable gauges, read at scrape time."""

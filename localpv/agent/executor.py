@@ -28,12 +28,14 @@ from localpv.agent.reconcile import (
     DeletePV,
     Plan,
     RetractPV,
+    Skipped,
     StartCleanup,
     pv_host_path,
 )
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig
 from localpv.host.cleaner import ProcessRecords
+from localpv.host.scan import HUNG_STORAGE
 from localpv.kube.api import KubeApi, Obj
 from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from localpv.kube.events import WARNING, EventRecorder
@@ -125,8 +127,14 @@ class Executor:
         reminder - instead of on every pass (a stray directory made ~70 lines a minute)."""
         now = self.clock.monotonic()
         current = {(s.path, s.cls): s for s in result.skipped}
+        for cls, error in result.class_errors.items():
+            where = f"discovery directory of class {cls}"
+            current[(where, cls)] = Skipped(where, cls, error, True)
         for key, skip in current.items():
             seen = self._conditions.get(key)
+            if HUNG_STORAGE in skip.reason and (seen is None or seen[0] != skip.reason):
+                self.recorder.event(self._node_obj(), WARNING, "StorageHung",
+                                    f"{skip.path} (class {skip.cls}): {skip.reason}")
             if seen is None or seen[0] != skip.reason or now - seen[1] >= self.REMINDER_INTERVAL:
                 again = seen is not None and seen[0] == skip.reason
                 log.log(logging.WARNING if skip.error else logging.INFO, "%s %s (class %s): %s",
@@ -190,7 +198,8 @@ class Executor:
                                records=self.cleaner_records, key=cleanup.pv_name)
         else:
             fn = filesystem_cleaner(cleanup.container_path, cleanup.cls.mount_dir, timeout=config.cleanup_timeout,
-                                    require_mount_point=self.require_mount_point)
+                                    require_mount_point=self.require_mount_point,
+                                    records=self.cleaner_records, key=cleanup.pv_name)
         self._cleanup_modes[cleanup.pv_name] = mode
         if self.procs.start(cleanup.pv_name, fn, pv_uid=uid):
             log.info("cleaning %s (%s, %s)", cleanup.host_path, "block" if cleanup.block else "filesystem",

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from localpv.agent.cleaning import cleaner_processes
 from localpv.agent.executor import Executor
 from localpv.agent.jobs import JobCleaner
 from localpv.agent.journal import Journal
@@ -35,7 +36,8 @@ from localpv.clock import Clock, SystemClock
 from localpv.config import ConfigError, ProvisionerConfig, load_config
 from localpv.host.cleaner import ProcessRecords
 from localpv.host.mounts import mount_points
-from localpv.host.scan import Entry, ScanError, scan_directory
+from localpv.host.probes import default_probes
+from localpv.host.scan import HUNG_STORAGE, Entry, ScanError, scan_directory
 from localpv.kube.api import KubeApi, Obj
 from localpv.kube.errors import Backoff
 from localpv.kube.events import WARNING, EventRecorder
@@ -156,6 +158,7 @@ class NodeAgent:
         self.procs = ProcTable(config.cleanup_workers, clock=self.clock, retry_backoff=options.retry_backoff,
                                on_done=self._cleanup_done)
         self.metrics.watch_proctable(self.procs.stats)
+        self.metrics.watch_stuck(lambda: float(default_probes().stuck()), lambda: float(len(cleaner_processes())))
         self.cleaner_records = ProcessRecords(os.path.join(options.state_dir, "cleaners") if options.state_dir
                                               else None)
         self.pvs: Informer | None = None
@@ -504,6 +507,10 @@ class NodeAgent:
         for mode, total in result.capacity.items():
             self.metrics.capacity.labels(mode).set(total)
         self.metrics.discovery_errors.set(result.errors)
+        for cls_name in world.config.classes:
+            hung = sum(1 for s in result.skipped if s.cls == cls_name and HUNG_STORAGE in s.reason)
+            hung += HUNG_STORAGE in result.class_errors.get(cls_name, "")
+            self.metrics.hung_storage.labels(cls_name).set(hung)
         self.metrics.reconcile_duration.observe(time.monotonic() - started)
         return result
 

@@ -94,7 +94,8 @@ def test_cleanup_dir_reports_failure_with_exit_1(tmp_path: Path, mounter: Mounte
     mounter.tmpfs(vol / "nested")
     proc = localpv("cleanup", "--dir", str(vol), "--discovery-dir", str(tmp_path))
     assert proc.returncode == 1
-    assert "NOT clean" in proc.stderr and "nested" in proc.stderr
+    assert "NOT clean" in proc.stderr and "mounted inside the volume" in proc.stderr
+    assert "nested" not in proc.stderr, "the names of a tenant's files appear in no output"
     assert not (vol / "a").exists()
 
 

@@ -53,6 +53,12 @@ def test_a_hung_mount_in_a_discovery_dir_does_not_stop_discovery(
     assert ok or "hung storage" in why
     # Known hung, it costs a pass nothing: no new thread is left behind on it.
     assert default_probes().hung().keys() >= {f"entry:{hung}"}
+    # The operator is told once (an event on the Node), and a metric says how many are hung.
+    events = wait_for(lambda: [e for e in agent_env.apiserver.list("v1", "Event", "default")
+                               if e.get("reason") == "StorageHung"], timeout=5, what="StorageHung event")
+    assert len(events) == 1 and events[0].get("count", 1) == 1 and events[0]["involvedObject"]["kind"] == "Node" and str(hung) in events[0]["message"]
+    assert agent.metrics.registry.get_sample_value("localpv_hung_storage", {"class": "local-fs"}) == 1.0
+    assert (agent.metrics.registry.get_sample_value("localpv_storage_probes_stuck") or 0) >= 1
 
 
 def test_a_hung_mount_in_a_volume_being_cleaned_fails_the_cleanup_and_frees_the_worker(
