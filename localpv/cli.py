@@ -538,7 +538,8 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
                            watch_host=host_events, state_dir=state_dir)
     node_agent = NodeAgent(api, options, loaded.config, journal, metrics=metrics)
     server = StatusServer(listener, metrics.registry, ready=node_agent.readiness, healthy=node_agent.healthy,
-                          metrics_path=metrics_path, documents={"/status": node_agent.status})
+                          metrics_path=metrics_path, documents={"/status": node_agent.status},
+                          loopback_only=("/status",))
     server.start()
     try:
         node_agent.start()

@@ -8,12 +8,13 @@ pass had no errors). Standard library only; one daemon thread.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import logging
 import re
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -102,8 +103,17 @@ class StatusServer:
         healthy: Probe | None = None,
         metrics_path: str = "/metrics",
         documents: dict[str, Callable[[], Any]] | None = None,
+        loopback_only: Iterable[str] = (),
+        connection_timeout: float = 5.0,
+        max_connections: int = 32,
     ) -> None:
+        """``loopback_only`` documents are served only to clients on this host (``kubectl
+        exec ... localpv status``): they name claims. Each connection is closed after
+        ``connection_timeout`` seconds of silence, and at most ``max_connections`` are served
+        at once (one thread each): more are closed at once rather than piling up threads."""
         self.registry = registry
+        self.loopback_only = frozenset(loopback_only)
+        self.refused_connections = 0
         #: Extra read-only JSON documents, e.g. the agent's ``/status``.
         self.documents = documents or {}
         self.probes: dict[str, Probe] = {"/ready": ready, "/healthz": healthy or (lambda: (True, "ok"))}
@@ -111,8 +121,14 @@ class StatusServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = connection_timeout  # socket timeout: an idle or slow client is dropped
+
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
+                if path in server.loopback_only and not _is_loopback(str(self.client_address[0])):
+                    self._send(403, f"{path} is served only on this host: kubectl exec into the pod and run "
+                                    "localpv status\n".encode(), "text/plain; charset=utf-8")
+                    return
                 if path == server.metrics_path:
                     self._send(200, generate_latest(server.registry), CONTENT_TYPE_LATEST)
                     return
@@ -138,7 +154,9 @@ class StatusServer:
                 log.debug("http: " + format, *args)
 
         listener = bind_listener(address) if isinstance(address, str) else address
-        httpd = ThreadingHTTPServer(listener.getsockname()[:2], Handler, bind_and_activate=False)
+        httpd = _BoundedServer(listener.getsockname()[:2], Handler, bind_and_activate=False)
+        httpd.slots = threading.BoundedSemaphore(max_connections)
+        httpd.on_refused = self._refused
         httpd.socket.close()  # the unbound socket it made: serve the one already listening instead
         httpd.socket = listener
         httpd.address_family = listener.family
@@ -147,6 +165,9 @@ class StatusServer:
         httpd.daemon_threads = True
         self._httpd = httpd
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="status-http", daemon=True)
+
+    def _refused(self) -> None:
+        self.refused_connections += 1
 
     @property
     def port(self) -> int:
@@ -159,3 +180,37 @@ class StatusServer:
         if self._thread.is_alive():  # shutdown() waits for serve_forever: forever if it never ran
             self._httpd.shutdown()
         self._httpd.server_close()
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, but only so many: past the bound a connection is closed at
+    once (1,500 idle connections once grew a process to 222 threads)."""
+
+    slots: threading.BoundedSemaphore
+    on_refused: Callable[[], None]
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.on_refused()
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()

@@ -1,0 +1,51 @@
+"""The status server stays small and private under a crowd (issue 12, "Endpoints"): idle
+connections are dropped after a timeout, at most so many are served at once, and
+``/status`` (it names claims) answers only clients on this host."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import urllib.request
+
+from prometheus_client import CollectorRegistry
+
+from localpv.httpserver import StatusServer, _is_loopback
+from tests.conftest import wait_for
+
+
+def serve(**kwargs: object) -> StatusServer:
+    server = StatusServer("127.0.0.1:0", CollectorRegistry(), ready=lambda: (True, "ok"),
+                          documents={"/status": lambda: {"claims": ["team-a/db"]}}, **kwargs)  # type: ignore[arg-type]
+    server.start()
+    return server
+
+
+def test_idle_connections_are_bounded_and_dropped() -> None:
+    server = serve(connection_timeout=2.0, max_connections=8)
+    before = threading.active_count()
+    # 24 fit in the accept backlog (16) plus the slots: none waits on the kernel.
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(24)]
+    try:
+        wait_for(lambda: server.refused_connections >= 16, timeout=10, what="the crowd refused past the bound")
+        assert threading.active_count() - before <= 8 + 2, "one thread per idle connection"
+        for conn in idle:  # every connection ends: refused at once, or dropped after the timeout
+            conn.settimeout(5)
+            assert conn.recv(1) == b""
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5) as resp:
+            assert resp.status == 200
+    finally:
+        for conn in idle:
+            conn.close()
+        server.stop()
+
+
+def test_status_is_served_to_this_host_only() -> None:
+    server = serve(loopback_only=("/status",))
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/status", timeout=5) as resp:
+            assert resp.status == 200 and b"team-a/db" in resp.read()
+    finally:
+        server.stop()
+    assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("::ffff:127.0.0.1")
+    assert not _is_loopback("10.244.0.7") and not _is_loopback("192.168.1.2") and not _is_loopback("garbage")
