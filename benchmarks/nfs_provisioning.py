@@ -2,6 +2,7 @@
 
     python benchmarks/nfs_provisioning.py --claims 1000
     python benchmarks/nfs_provisioning.py --claims 1000 --no-binder
+    python benchmarks/nfs_provisioning.py --claims 1000 --kube-api-qps 0   # no client-side rate limit
 
 The claims are written straight into the emulator's store and the emulator's PV binder
 is left to settle (every claim Pending, annotated for our provisioner); only then does one
@@ -16,6 +17,9 @@ deletion (``archiveOnDelete: "false"``: directories removed).
 kube-controller-manager's two small parts itself (it annotates the claims for our
 provisioner when creating them, and marks the PVs Released when deleting them), and
 "done" means every claim has its pre-bound PV, i.e. the provisioner's work is finished.
+The replica's API handle carries the production rate limit, ``localpv nfs``'s defaults
+(20 QPS, burst 30; ``--kube-api-qps 0`` takes it away), so the times include waiting for
+tokens: one per request, events included.
 This is not a test: nothing here asserts anything.
 """
 
@@ -33,9 +37,11 @@ from collections.abc import Callable
 import psutil
 
 from localpv.kube.api import KubeApi
+from localpv.kube.ratelimit import CONTROLLER_RATE, rate_limiter
 from localpv.nfs.app import NfsOptions, NfsReplica
 from localpv.nfs.controller import ControllerSettings
 from localpv.nfs.metrics import NfsMetrics
+from localpv.nfs.pathpattern import RESERVED_DIRECTORY
 from localpv.nfs.provisioner import NfsSource
 from localpv.testing.apiserver import ApiServer, resource_for
 
@@ -73,6 +79,11 @@ def phases(server: ApiServer) -> Counter[str]:
     return Counter(str((c.get("status") or {}).get("phase")) for c in claims)
 
 
+def volume_dirs(export: str) -> int:
+    """Entries of the export but the provisioner's own records directory."""
+    return sum(1 for entry in os.listdir(export) if entry != RESERVED_DIRECTORY)
+
+
 def breakdown(server: ApiServer, claims: int) -> str:
     counts = server.requests.counts()
     rows = sorted(counts.items(), key=lambda kv: -kv[1])
@@ -87,6 +98,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--binder", action=argparse.BooleanOptionalAction, default=True,
                         help="run the emulator's PV binder (default) or stand in for it")
+    parser.add_argument("--kube-api-qps", type=float, default=CONTROLLER_RATE.qps,
+                        help="client-side rate limit, as localpv nfs (0: none)")
+    parser.add_argument("--kube-api-burst", type=int, default=CONTROLLER_RATE.burst)
     args = parser.parse_args()
     n = args.claims
 
@@ -97,7 +111,8 @@ def main() -> None:
                    "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"})
     with tempfile.TemporaryDirectory(prefix="nfs-bench-") as export:
         metrics = NfsMetrics()
-        api = KubeApi(server.api_client(), observer=metrics.api.observe)
+        limiter = rate_limiter(args.kube_api_qps, args.kube_api_burst)
+        api = KubeApi(server.api_client(), observer=metrics.api.observe, limiter=limiter)
         options = NfsOptions(NfsSource("nfs.bench", "/exports", export),
                              ControllerSettings(PROVISIONER, workers=args.workers), namespace="kube-system")
         replica = NfsReplica(api, options, metrics=metrics)
@@ -121,7 +136,7 @@ def main() -> None:
         replica.recorder.flush(60)
         provision_requests = len(server.requests)
         provision_breakdown = breakdown(server, n)
-        dirs = len(os.listdir(export))
+        dirs = volume_dirs(export)
         cpu_provision = time.process_time() - cpu0
 
         server.requests.clear()
@@ -137,13 +152,15 @@ def main() -> None:
         replica.recorder.flush(60)
         delete_requests = len(server.requests)
         delete_breakdown = breakdown(server, n)
-        left = len(os.listdir(export))
+        left = volume_dirs(export)
         replica.stop()
     server.stop()
 
     print(f"machine: {machine()}")
     print(f"claims: {n} pending (created and settled in the emulator in {created:.2f}s), "
           f"workers: {args.workers}+{args.workers}")
+    print("client-side rate limit: " + (f"{limiter.qps:g} QPS, burst {limiter.burst}; {limiter.throttled} requests "
+                                        f"waited for a token" if limiter else "none"))
     done = "all Bound" if args.binder else "all PVs created (pre-bound; no binder)"
     print(f"leader with synced caches after {synced:.2f}s; {done} after {bound:.2f}s ({n / bound:.0f} claims/s); "
           f"directories created: {dirs}")
