@@ -238,3 +238,54 @@ def test_update_writes_nothing_when_nothing_changes_and_gives_up_after_its_attem
     with pytest.raises(errors.Conflict):
         api.update(CONFIG_MAPS, "x", lambda obj: obj, "default", attempts=2)
     assert [r.method for r in srv.requests][1:] == ["GET", "PUT", "GET", "PUT"]
+
+
+# ---------------------------------------------------------------- a pooled connection closed under us
+
+
+class _Answer:
+    status = 200
+    headers: dict[str, str] = {}
+
+    def read(self) -> bytes:
+        return b'{"metadata": {"name": "x"}}'
+
+
+class _FirstCallFails:
+    """A client whose first request dies with ``error`` (urllib3 raises it without retries)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self.calls = 0
+        self.user_agent = ""
+
+    def param_serialize(self, **kw: Any) -> tuple[str, str, Any, None, None]:
+        return kw["method"], "http://127.0.0.1:1" + kw["resource_path"], kw["header_params"], None, None
+
+    def call_api(self, *args: Any, **kwargs: Any) -> _Answer:
+        self.calls += 1
+        if self.calls == 1:
+            raise self.error
+        return _Answer()
+
+
+def test_a_request_the_server_never_saw_is_sent_again_at_once(clock: RecordingClock, seen: Seen) -> None:
+    import http.client
+
+    import urllib3
+
+    stale = urllib3.exceptions.ProtocolError("Connection aborted.", http.client.RemoteDisconnected("closed"))
+    client = _FirstCallFails(stale)
+    api = KubeApi(client, backoff=FAST, clock=clock, observer=lambda v, r, s, e: seen.append((v, r, e)))
+    assert api.get(CONFIG_MAPS, "x", "default")["metadata"]["name"] == "x"
+    assert client.calls == 2 and clock.waits == [] and [e for _, _, e in seen] == [None]
+
+
+def test_a_reset_after_the_request_went_out_waits_for_the_backoff(clock: RecordingClock) -> None:
+    import urllib3
+
+    reset = urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset"))
+    client = _FirstCallFails(reset)
+    api = KubeApi(client, backoff=FAST, clock=clock)
+    api.get(CONFIG_MAPS, "x", "default")
+    assert client.calls == 2 and clock.waits == [0.01]
