@@ -327,12 +327,15 @@ def _load_config_or_exit(path: str) -> LoadedConfig:
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "LOCALPV"})
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+@click.option("--log-level", type=click.Choice(["warning", "info", "debug"], case_sensitive=False), default=None,
+              envvar="LOCALPV_LOG_LEVEL", help="Log level (env LOCALPV_LOG_LEVEL); with -v, the more verbose wins.")
 @click.pass_context
-def cli(ctx: click.Context, verbose: int) -> None:
+def cli(ctx: click.Context, verbose: int, log_level: str | None) -> None:
     """Kubernetes storage provisioner for node-local volumes and NFS subdirectories."""
     from localpv.logs import setup_logging
 
-    setup_logging(verbose)
+    level = ("warning", "info", "debug").index(log_level.lower()) if log_level else 0
+    setup_logging(max(verbose, level))
     ctx.ensure_object(dict)
 
 

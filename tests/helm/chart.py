@@ -34,6 +34,8 @@ class Install:
     namespace: str = NAMESPACE
     error: str | None = None
     result: dict[str, Any] = field(default_factory=dict)
+    #: What Helm printed on stderr during this install (its warnings).
+    log: str = ""
 
     @property
     def manifests(self) -> list[Obj]:
@@ -69,8 +71,10 @@ def run_helm(python: Path, installs: Sequence[Install], workdir: Path) -> None:
         kubeconfig = inst.server.write_kubeconfig(workdir / f"kubeconfig-{i}", namespace=inst.namespace)
         actions.append({"op": "install", "kubeconfig": str(kubeconfig), "namespace": inst.namespace,
                         "release": inst.release, "chart": str(CHART), "values": inst.values})
-    outcomes = _run(python, actions, workdir)
-    for inst, outcome in zip(installs, outcomes, strict=True):
+    outcomes, stderr = _run_logged(python, actions, workdir)
+    logs = _split_log(stderr, len(installs))
+    for inst, outcome, log in zip(installs, outcomes, logs, strict=True):
+        inst.log = log
         if outcome["ok"]:
             inst.result = outcome["result"]
         else:
@@ -83,7 +87,25 @@ def lint(python: Path, workdir: Path) -> dict[str, Any]:
     return dict(outcome["result"])
 
 
+def _split_log(stderr: str, count: int) -> list[str]:
+    """Helm's stderr cut at the runner's per-action markers."""
+    from tests.helm.helm_runner import ACTION_MARKER
+
+    logs = [""] * count
+    current = None
+    for line in stderr.splitlines(keepends=True):
+        if line.startswith(ACTION_MARKER):
+            current = int(line[len(ACTION_MARKER):])
+        elif current is not None:
+            logs[current] += line
+    return logs
+
+
 def _run(python: Path, actions: list[dict[str, Any]], workdir: Path) -> list[dict[str, Any]]:
+    return _run_logged(python, actions, workdir)[0]
+
+
+def _run_logged(python: Path, actions: list[dict[str, Any]], workdir: Path) -> tuple[list[dict[str, Any]], str]:
     # HELM_DRIVER must be in the environment when the process starts (Go reads it once);
     # Helm's own config and cache stay out of the user's home.
     env = dict(os.environ, HELM_DRIVER="memory", HELM_CACHE_HOME=str(workdir / "helm-cache"),
@@ -92,4 +114,4 @@ def _run(python: Path, actions: list[dict[str, Any]], workdir: Path) -> list[dic
                           env=env, timeout=300, check=False)
     assert proc.returncode == 0, f"helm runner exited {proc.returncode}: {proc.stderr[-3000:]}"
     outcomes: list[dict[str, Any]] = json.loads(proc.stdout)
-    return outcomes
+    return outcomes, proc.stderr

@@ -17,6 +17,8 @@ import os
 import sys
 from typing import Any
 
+ACTION_MARKER = "--- localpv helm action "
+
 
 def _run(action: dict[str, Any]) -> Any:
     import helm_sdkpy
@@ -37,7 +39,10 @@ def main() -> int:
         print("HELM_DRIVER=memory must be set before start", file=sys.stderr)
         return 2
     outcomes = []
-    for action in json.load(sys.stdin):
+    for i, action in enumerate(json.load(sys.stdin)):
+        # Helm's own warnings (e.g. "skipped value for ...") go to stderr from Go; a marker
+        # before each action lets the caller tell whose they are.
+        print(f"{ACTION_MARKER}{i}", file=sys.stderr, flush=True)
         try:
             outcomes.append({"ok": True, "result": _run(action)})
         except Exception as err:  # any Helm failure is an outcome to report

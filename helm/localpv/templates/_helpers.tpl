@@ -73,13 +73,16 @@ file installs the NFS provisioner alone, and a local-static values file the agen
 {{/*
 The image: upstream local-static writes one string (rendered as a template, so
 "{{ .Chart.AppVersion }}" works); nfs-subdir writes {repository, tag, pullPolicy}.
-Both are accepted. The cleanup Jobs use the same image (JOB_CONTAINER_IMAGE).
+Both are accepted. Unset (null, the default) it is localpv:<appVersion>: the default is
+null rather than a string so that Helm merges an nfs-subdir map without its "skipped
+value for localpv.image: Not a table" warning. The cleanup Jobs use the same image
+(JOB_CONTAINER_IMAGE). The upstream charts' own images are refused (localpv.refusals).
 */}}
 {{- define "localpv.image" -}}
 {{- if kindIs "map" .Values.image }}
 {{- printf "%s:%s" .Values.image.repository (toString (default .Chart.AppVersion .Values.image.tag)) }}
 {{- else }}
-{{- tpl .Values.image . }}
+{{- tpl (.Values.image | default "localpv:{{ .Chart.AppVersion }}") . }}
 {{- end }}
 {{- end }}
 
@@ -88,6 +91,40 @@ Both are accepted. The cleanup Jobs use the same image (JOB_CONTAINER_IMAGE).
 {{- .Values.image.pullPolicy }}
 {{- else }}
 {{- .Values.imagePullPolicy | default "" }}
+{{- end }}
+{{- end }}
+
+{{/*
+A container probe with exactly one handler, whatever the values say. Called with
+(dict "value" .Values.livenessProbe "default" $defaultProbe "name" "livenessProbe").
+  - unset (null): the default probe;
+  - {} (upstream's `readinessProbe: {}`): no probe;
+  - a map naming one handler (httpGet, tcpSocket, exec, grpc): that handler, with the
+    default's timings for what it leaves out (so `--set livenessProbe.tcpSocket.port=metrics`
+    and upstream 2.9's tcpSocket liveness probe replace our httpGet instead of being merged
+    with it, which the API server refuses: "may not specify more than 1 handler type");
+  - a map of timings only: the default handler with those timings;
+  - two handlers or more: refused, naming them.
+Renders the probe's YAML, or nothing.
+*/}}
+{{- define "localpv.probe" -}}
+{{- $handlers := list "httpGet" "tcpSocket" "exec" "grpc" }}
+{{- $value := .value }}
+{{- if kindIs "invalid" $value }}
+{{- with .default }}{{ toYaml . }}{{ end }}
+{{- else if not (kindIs "map" $value) }}
+{{- fail (printf "%s: expected a map (a Kubernetes probe), {} for none, or null for the default; found %v" .name $value) }}
+{{- else if $value }}
+{{- $given := list }}
+{{- range $handlers }}{{ if hasKey $value . }}{{ $given = append $given . }}{{ end }}{{ end }}
+{{- if gt (len $given) 1 }}
+{{- fail (printf "%s: sets %s; a probe takes exactly one handler (Kubernetes refuses more). Keep one of them" .name (join " and " $given)) }}
+{{- end }}
+{{- $probe := omit .default "httpGet" "tcpSocket" "exec" "grpc" }}
+{{- if not $given }}
+{{- $probe = deepCopy .default }}
+{{- end }}
+{{- toYaml (merge (deepCopy $value) $probe) }}
 {{- end }}
 {{- end }}
 
@@ -132,6 +169,17 @@ imagePullSecrets:
 
 {{/* Refuse what this chart does not do, with the reason, instead of rendering something wrong. */}}
 {{- define "localpv.refusals" -}}
+{{- $image := include "localpv.image" . }}
+{{- range $upstream := list "local-volume-provisioner" "local-volume-node-cleanup" "nfs-subdir-external-provisioner" }}
+{{- if contains (printf "/%s:" $upstream) (printf "/%s" $image) }}
+{{- fail (printf "image: %s is the upstream %s image, which does not run localpv; set image to the localpv image you built (--set image=REGISTRY/localpv:TAG, or image.repository and image.tag)" $image $upstream) }}
+{{- end }}
+{{- end }}
+{{- range .Values.agent.extraArgs }}
+{{- if regexMatch "^(-v+|--verbose)$" (toString .) }}
+{{- fail (printf "agent.extraArgs: %s is not an option of `localpv agent` (the agent exits \"No such option\"); set agent.logLevel=info or debug instead" .) }}
+{{- end }}
+{{- end }}
 {{- if .Values.enableWindows }}
 {{- fail "enableWindows: localpv has no Windows agent; keep the upstream chart's Windows DaemonSet for Windows nodes, or set enableWindows=false" }}
 {{- end }}
