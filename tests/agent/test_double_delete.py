@@ -1,0 +1,60 @@
+"""A PV the agent deleted after its clean is deleted once, even while the PV cache lags.
+
+Seen on a real cluster after a Job clean: DELETE for the same PV twice, 50 ms apart. The
+planner works from the PV informer; until the watch event of the first DELETE arrives the
+PV still looks Released and clean per the journal, so the next pass plans DeletePV again.
+The executor remembers the uids it deleted and does not send a second DELETE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from localpv.agent.reconcile import SUCCEEDED, CleanupStatus, DeletePV
+from localpv.kube.resources import JOBS, PERSISTENT_VOLUMES
+from localpv.naming import cleanup_job_name
+from tests.agent.conftest import AgentEnv
+
+
+def _released_pv(name: str, path: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteOnce"],
+                     "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "local-fs",
+                     "local": {"path": path},
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                         {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}]}]}}}}
+
+
+def test_a_pv_deleted_after_its_job_clean_is_not_deleted_again(
+        agent_env: AgentEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = agent_env.config(useJobForCleaning=True)
+    agent = agent_env.start_agent(config, discovery_period=3600, job_image="localpv:test")
+    executor = agent.executor
+    assert executor is not None and agent.jobs is not None
+    pv = agent_env.apiserver.create(_released_pv("local-pv-double", "/mnt/disks/vol1"))
+    agent_env.apiserver.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": cleanup_job_name("local-pv-double"), "namespace": "default",
+        "labels": {"pv": "local-pv-double", "kubernetes.io/hostname": "node-1"}},
+        "spec": {"template": {"spec": {"restartPolicy": "OnFailure",
+                                       "containers": [{"name": "c", "image": "localpv:test"}]}}}})
+    deletes: list[tuple[str, str]] = []
+    real_delete = executor.api.delete
+
+    def counting_delete(resource: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        deletes.append((resource.kind, name))
+        return real_delete(resource, name, *args, **kwargs)
+
+    monkeypatch.setattr(executor.api, "delete", counting_delete)
+    done = CleanupStatus(SUCCEEDED, 0.0, pv["metadata"]["uid"], 1.0)
+    # The planner's DeletePV, twice, from the same (stale) cached PV object.
+    for _ in range(2):
+        executor.delete(DeletePV(pv, "/mnt/disks/vol1", False, done))
+    assert deletes.count((PERSISTENT_VOLUMES.kind, "local-pv-double")) == 1, deletes
+    assert deletes.count((JOBS.kind, cleanup_job_name("local-pv-double"))) <= 1, deletes
+    assert agent_env.apiserver.get("v1", "PersistentVolume", "local-pv-double") is None
+    # A new PV of the same name (the volume offered again) is a new uid: deleted when asked.
+    again = agent_env.apiserver.create(_released_pv("local-pv-double", "/mnt/disks/vol1"))
+    executor.delete(DeletePV(again, "/mnt/disks/vol1", False, done))
+    assert deletes.count((PERSISTENT_VOLUMES.kind, "local-pv-double")) == 2, deletes
