@@ -56,7 +56,8 @@ def test_a_hung_mount_in_a_discovery_dir_does_not_stop_discovery(
     # The operator is told once (an event on the Node), and a metric says how many are hung.
     events = wait_for(lambda: [e for e in agent_env.apiserver.list("v1", "Event", "default")
                                if e.get("reason") == "StorageHung"], timeout=5, what="StorageHung event")
-    assert len(events) == 1 and events[0].get("count", 1) == 1 and events[0]["involvedObject"]["kind"] == "Node" and str(hung) in events[0]["message"]
+    assert len(events) == 1 and events[0].get("count", 1) == 1
+    assert events[0]["involvedObject"]["kind"] == "Node" and str(hung) in events[0]["message"]
     assert agent.metrics.registry.get_sample_value("localpv_hung_storage", {"class": "local-fs"}) == 1.0
     assert (agent.metrics.registry.get_sample_value("localpv_storage_probes_stuck") or 0) >= 1
 
