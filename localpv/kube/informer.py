@@ -102,6 +102,7 @@ class Informer:
         #: Seconds until the next periodic relist, drawn after each list (None: never).
         self.resync_period = resync_period
         self._relist_at: float | None = None
+        self._watch_opened = False  # the current attempt got as far as an open watch
         self.stats = InformerStats()
         self._store: dict[str, Obj] = {}
         self._lock = threading.RLock()
@@ -154,6 +155,7 @@ class Informer:
         rv: str | None = None
         while not self._stop.is_set():
             listed = False
+            self._watch_opened = False
             try:
                 if rv is not None and self._resync_due():
                     self.stats.resyncs += 1
@@ -161,6 +163,7 @@ class Informer:
                 if rv is None:
                     rv = self._relist()
                     listed = True
+                    failures = 0  # a list that worked is a success: backoff starts afresh
                 rv = self._watch(rv)
                 failures = 0
             except Gone:
@@ -175,6 +178,11 @@ class Informer:
             except Exception as err:  # the cache must outlive any failure, foreseen or not
                 if self._stop.is_set():
                     break
+                if self._watch_opened:
+                    # The watch was up and then broke (a cut connection, a restart): that is
+                    # not a run of failures, and growing the delay would leave the cache
+                    # stale for ever longer while the API server is fine.
+                    failures = 0
                 failures += 1
                 self.stats.errors += 1
                 if isinstance(err, Retryable) and not isinstance(err, BadResponse):
@@ -238,6 +246,7 @@ class Informer:
         )
         self._stream = stream
         self.stats.watches += 1
+        self._watch_opened = True
         try:
             if self._stop.is_set():
                 return rv

@@ -50,3 +50,31 @@ def test_a_cut_watch_never_replays_an_older_incarnation() -> None:
         inf.stop()
     finally:
         server.stop()
+
+
+def test_a_watch_that_keeps_being_cut_is_retried_at_the_first_delay_not_ever_slower() -> None:
+    # Found by the agent campaign: each cut counted as one more failure in a row, so after a
+    # few API-server restarts the PV cache waited seconds, then tens of seconds, to watch again.
+    server = ApiServer(binder=False)
+    server.start()
+    try:
+        inf = Informer(KubeApi(server.api_client()), PERSISTENT_VOLUMES,
+                       backoff=Backoff(initial=0.01, maximum=5.0, attempts=1_000_000, jitter=0.0))
+        runs: list[int] = []
+        original = inf._back_off
+
+        def recording(failures: int, what: str, retry_after: float | None = None) -> None:
+            runs.append(failures)
+            original(failures, what, retry_after)
+
+        inf._back_off = recording  # type: ignore[method-assign]
+        inf.start()
+        assert inf.wait_synced(10)
+        for i in range(5):
+            watches = inf.stats.watches
+            server.faults.drop_watches(abrupt=True)
+            wait_for(lambda w=watches: inf.stats.watches > w, what=f"watch {i} resumed")
+        assert runs and set(runs) == {1}, runs
+        inf.stop()
+    finally:
+        server.stop()
