@@ -5,7 +5,8 @@ so one process (and one load of the 120 MB Go library) serves several installs. 
 outcome is ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``: a failed
 install is an answer the tests look at (schema errors, ``fail`` messages), not a crash.
 
-Must run with HELM_DRIVER=memory in the environment from the start. Imports nothing from
+Must run with HELM_DRIVER=memory in the environment from the start (the emulator), or with
+``--real-cluster`` (tests/e2e: a real API server stores Helm's release Secrets). Imports nothing from
 localpv: this interpreter may not have the project installed.
 """
 
@@ -31,11 +32,15 @@ def _run(action: dict[str, Any]) -> Any:
                                        wait=False, timeout=60))
     if action["op"] == "lint":
         return asyncio.run(helm_sdkpy.Lint(config).run(action["chart"]))
+    if action["op"] == "uninstall":
+        return asyncio.run(helm_sdkpy.Uninstall(config).run(action["release"], wait=True,
+                                                             timeout=action.get("timeout", 120)))
     raise ValueError(f"unknown op {action['op']!r}")
 
 
 def main() -> int:
-    if os.environ.get("HELM_DRIVER") != "memory":
+    # --real-cluster (tests/e2e): Helm's default driver, release Secrets in the cluster.
+    if os.environ.get("HELM_DRIVER") != "memory" and "--real-cluster" not in sys.argv[1:]:
         print("HELM_DRIVER=memory must be set before start", file=sys.stderr)
         return 2
     outcomes = []

@@ -1,0 +1,104 @@
+"""The chart with its defaults on a real cluster: discovery of real mounts, a pod writing
+through a WaitForFirstConsumer claim placed by the real scheduler, release → clean (the
+agent's worker thread) → the same PV name offered again, empty; node cleanup running; every
+component under exactly the chart's RBAC.
+
+The only values set are where the chart touches this host (the class's hostDir, the
+journal's stateDir) and the image; ``nodeCleanup.enabled`` adds that component.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+
+from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, PODS
+from tests.e2e.cluster import Cluster, forbidden_in_log, wait_for
+from tests.e2e.conftest import Release
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def rel(release_factory: Callable[[str], Release]) -> Release:
+    rel = release_factory("life")
+    rel.host.mount_volume("vol1", "16m")
+    rel.host.mount_volume("vol2", "24m")
+    rel.install(rel.values(nodeCleanup={"enabled": True}))
+    return rel
+
+
+def test_agent_runs_ready_and_logs_at_info(cluster: Cluster, rel: Release) -> None:
+    pod = cluster.agent_pod(rel.namespace)
+    [c] = pod["spec"]["containers"]
+    assert c["image"] == cluster.image
+
+    def started() -> str | None:
+        text = cluster.pod_log(pod["metadata"]["name"], rel.namespace)
+        return text if "agent running on node" in text else None
+
+    log = wait_for(started, 30, "the agent's start in its log")
+    assert "INFO" in log
+
+
+def test_mounts_under_the_discovery_dir_become_pvs(cluster: Cluster, rel: Release) -> None:
+    cluster.agent_pod(rel.namespace)
+    for name, size in (("vol1", 16 << 20), ("vol2", 24 << 20)):
+        pv = cluster.available_pv(rel.host.disks / name)
+        assert pv["spec"]["storageClassName"] == rel.storage_class
+        assert pv["spec"]["capacity"]["storage"] in (str(size), f"{size >> 20}Mi")
+        terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+        assert terms[0]["matchExpressions"][0]["values"] == [cluster.hostname]
+    # a mount made after the agent started appears too (HostToContainer propagation)
+    rel.host.mount_volume("vol3", "8m")
+    cluster.available_pv(rel.host.disks / "vol3", timeout=30)
+
+
+def test_a_pod_writes_released_volume_is_cleaned_and_offered_again_empty(cluster: Cluster, rel: Release) -> None:
+    cluster.agent_pod(rel.namespace)
+    for name in ("vol1", "vol2", "vol3"):
+        cluster.available_pv(rel.host.disks / name)
+    ns = rel.namespace
+    cluster.claim(ns, "data", rel.storage_class)
+    phase, log = cluster.run_pod(ns, "writer", "data", "echo secret > /data/file && mkdir -p /data/d/e && "
+                                 "echo more > /data/d/e/f && ls -A /data")
+    assert phase == "Succeeded", log
+    claim = cluster.get(PERSISTENT_VOLUME_CLAIMS, "data", ns)
+    assert claim is not None and claim["status"]["phase"] == "Bound"
+    pv_name = claim["spec"]["volumeName"]
+    pv = cluster.get(PERSISTENT_VOLUMES, pv_name)
+    assert pv is not None
+    host_path = pv["spec"]["local"]["path"]
+    with open(f"{host_path}/file", encoding="utf-8") as f:  # what the pod wrote, seen on the host
+        assert f.read() == "secret\n"
+    old_uid = pv["metadata"]["uid"]
+
+    cluster.delete_and_wait(PODS, "writer", ns)
+    cluster.delete_and_wait(PERSISTENT_VOLUME_CLAIMS, "data", ns)
+    again = cluster.available_pv(rel.host.disks / host_path.rsplit("/", 1)[-1], timeout=90, not_uid=old_uid)
+    assert again["metadata"]["name"] == pv_name, "the same volume is offered under the same PV name"
+    assert os.listdir(host_path) == [], "the volume was offered again before it was emptied"
+
+    # read back through a new pod bound to that PV
+    cluster.claim(ns, "again", rel.storage_class, volume_name=pv_name)
+    phase, log = cluster.run_pod(ns, "reader", "again", 'ls -A /data; test -z "$(ls -A /data)" && echo EMPTY')
+    assert phase == "Succeeded" and "EMPTY" in log, log
+    if cluster.audit_log:
+        assert len(cluster.deletes_of(ns, pv_name)) == 1, "the agent deleted the released PV more than once"
+    cluster.delete_and_wait(PODS, "reader", ns)
+    cluster.delete_and_wait(PERSISTENT_VOLUME_CLAIMS, "again", ns)
+
+
+def test_node_cleanup_runs_under_its_own_account(cluster: Cluster, rel: Release) -> None:
+    [pod, *_] = cluster.ready_pods(rel.namespace, "node-cleanup")
+    assert pod["spec"]["serviceAccountName"] != cluster.agent_pod(rel.namespace)["spec"]["serviceAccountName"]
+
+
+def test_no_component_was_refused_anything(cluster: Cluster, rel: Release) -> None:
+    """Exactly the chart's RBAC: no 403 for any of the release's service accounts."""
+    assert cluster.forbidden(rel.namespace) == []
+    for component in ("agent", "node-cleanup"):
+        for pod in cluster.list(PODS, rel.namespace, label_selector=f"app.kubernetes.io/component={component}"):
+            assert forbidden_in_log(cluster.pod_log(pod["metadata"]["name"], rel.namespace)) == [], component
