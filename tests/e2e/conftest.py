@@ -75,13 +75,13 @@ class Release:
 
 
 @pytest.fixture(scope="module")
-def release_factory(cluster: Cluster, helm_python: Path,
-                    request: pytest.FixtureRequest) -> Iterator[Callable[[str], Release]]:
+def release_factory(cluster: Cluster, helm_python: Path) -> Iterator[Callable[..., Release]]:
     """Makes releases for one test module and removes everything they left: the release,
     its namespace, the PVs of its class, the StorageClass, the mounts and dirs on the host."""
     made: list[Release] = []
 
-    def make(short: str) -> Release:
+    def make(short: str, storage_class: bool = True) -> Release:
+        """A release's namespace, host dirs and (unless told not to) a local StorageClass."""
         suffix = uuid.uuid4().hex[:5]
         namespace = cluster.new_namespace(f"lpe2e-{short}")
         host = HostDirs(cluster.workdir / f"{short}-{suffix}")
@@ -89,7 +89,8 @@ def release_factory(cluster: Cluster, helm_python: Path,
                       storage_class=f"lpe2e-{short}-{suffix}", host=host)
         made.append(rel)
         host.create()
-        cluster.storage_class(rel.storage_class)
+        if storage_class:
+            cluster.storage_class(rel.storage_class)
         return rel
 
     try:
