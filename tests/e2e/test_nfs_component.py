@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, PODS
+from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, PODS, Resource
 from tests.e2e.cluster import Cluster, forbidden_in_log, wait_for
 from tests.e2e.conftest import Release
 
@@ -25,7 +25,8 @@ def rel(release_factory: Callable[..., Release], cluster: Cluster) -> Release:
     storage_class = rel.storage_class  # made by the chart (nfs-subdir's storageClass values)
     rel.install({"image": cluster.image, "imagePullPolicy": "IfNotPresent", "buildMode": True,
                  "nfs": {"server": "127.0.0.1", "path": "/export"},
-                 "storageClass": {"name": storage_class, "provisionerName": f"e2e.localpv.dev/{storage_class}"}})
+                 "storageClass": {"name": storage_class, "provisionerName": f"e2e.localpv.dev/{storage_class}"},
+                 "podDisruptionBudget": {"enabled": True}})
     return rel
 
 
@@ -45,6 +46,20 @@ def test_a_claim_is_provisioned_bound_and_released(cluster: Cluster, rel: Releas
     assert pv["spec"]["nfs"]["path"].startswith("/export/")
     cluster.delete(PERSISTENT_VOLUME_CLAIMS, "shared", ns)
     wait_for(lambda: cluster.get(PERSISTENT_VOLUMES, pv_name) is None, 60, "the NFS PV to be deleted")
+
+
+def test_the_disruption_budget_uses_an_api_version_the_cluster_serves(cluster: Cluster, rel: Release) -> None:
+    """policy/v1 from Kubernetes 1.21; the chart falls back to policy/v1beta1 before."""
+    group = "v1" if _serves(cluster, "policy/v1") else "v1beta1"
+    pdbs = cluster.list(Resource("policy", group, "poddisruptionbudgets", "PodDisruptionBudget", True), rel.namespace)
+    assert [p["metadata"]["name"] for p in pdbs] == [f"{rel.name}-localpv-nfs"]
+
+
+def _serves(cluster: Cluster, group_version: str) -> bool:
+    from kubernetes import client
+
+    groups = client.ApisApi(cluster.client).get_api_versions().groups
+    return any(v.group_version == group_version for g in groups for v in g.versions)
 
 
 def test_no_component_was_refused_anything(cluster: Cluster, rel: Release) -> None:
