@@ -176,6 +176,15 @@ class Cluster:
 
         return str(client.CoreV1Api(self.client).read_namespaced_pod_log(name, namespace, container=container))
 
+    def exec(self, pod: str, namespace: str, command: list[str]) -> str:
+        """Run a command in a pod (kubectl exec); its stdout and stderr."""
+        from kubernetes import client
+        from kubernetes.stream import stream
+
+        core = client.CoreV1Api(self.client)
+        return str(stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=command,
+                          stdout=True, stderr=True, stdin=False, tty=False, _request_timeout=120))
+
     def events(self, namespace: str) -> list[Obj]:
         return self.list(EVENTS, namespace)
 

@@ -91,6 +91,14 @@ def test_a_pod_writes_released_volume_is_cleaned_and_offered_again_empty(cluster
     cluster.delete_and_wait(PERSISTENT_VOLUME_CLAIMS, "again", ns)
 
 
+def test_doctor_in_the_agent_pod_finds_nothing_wrong(cluster: Cluster, rel: Release) -> None:
+    """`localpv doctor` checks the discovery dir, mount propagation, the StorageClass, the
+    Node label and the agent's RBAC (SelfSubjectAccessReviews) from inside the pod."""
+    pod = cluster.agent_pod(rel.namespace)
+    out = cluster.exec(pod["metadata"]["name"], rel.namespace, ["localpv", "doctor"])
+    assert out.strip() and "ERROR" not in out, out
+
+
 def test_node_cleanup_runs_under_its_own_account(cluster: Cluster, rel: Release) -> None:
     [pod, *_] = cluster.ready_pods(rel.namespace, "node-cleanup")
     assert pod["spec"]["serviceAccountName"] != cluster.agent_pod(rel.namespace)["spec"]["serviceAccountName"]
