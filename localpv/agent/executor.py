@@ -53,8 +53,10 @@ from localpv.naming import (
 
 log = logging.getLogger(__name__)
 
-#: How many deleted PV uids the executor remembers (a uid is never reused: any bound works).
-_DELETED_UIDS_KEPT = 4096
+#: How long a PV this executor deleted is not deleted again, in seconds: long enough for the
+#: PV informer to see the deletion. A PV still shown Released after that (e.g. brought back
+#: by an etcd restore, with its old uid) is deleted again.
+_REDELETE_AFTER = 30.0
 
 
 class Executor:
@@ -101,10 +103,10 @@ class Executor:
         #: (entry path, class) -> (skip reason, when last logged): see _log_conditions.
         self._conditions: dict[tuple[str, str], tuple[str, float]] = {}
         self._first_seen: dict[str, float] = {}
-        #: uids of the PVs this executor deleted after a clean (oldest first, bounded): the
-        #: PV informer may still show such a PV as Released for a moment after the DELETE
-        #: (the watch event has not arrived), and the next pass must not DELETE it again.
-        self._deleted_uids: dict[str, None] = {}
+        #: uid -> when this executor deleted that PV after its clean: the PV informer may
+        #: still show it Released for a moment after the DELETE (the watch event has not
+        #: arrived), and the next pass must not DELETE it again.
+        self._deleted_uids: dict[str, float] = {}
 
     def _node_obj(self) -> Obj:
         return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node.name, "uid": self.node.uid}}
@@ -222,8 +224,10 @@ class Executor:
     def delete(self, delete: DeletePV) -> None:
         meta = delete.pv.get("metadata") or {}
         name, uid = str(meta.get("name")), str(meta.get("uid") or "") or None
+        now = self.clock.now()
+        self._deleted_uids = {u: t for u, t in self._deleted_uids.items() if now - t < _REDELETE_AFTER}
         if uid is not None and uid in self._deleted_uids:
-            return  # deleted by us already: the cache has not caught up yet
+            return  # deleted by us a moment ago: the cache has not caught up yet
         mode = "Block" if delete.block else "Filesystem"
         kind = "job" if self.jobs is not None and self.jobs.informer.get(
             cleanup_job_name(name), self.namespace) else "process"
@@ -238,9 +242,7 @@ class Executor:
             self.recorder.event(delete.pv, WARNING, "VolumeFailedDelete", f"Error deleting PV: {err}")
             return
         if uid is not None:
-            self._deleted_uids[uid] = None
-            while len(self._deleted_uids) > _DELETED_UIDS_KEPT:
-                del self._deleted_uids[next(iter(self._deleted_uids))]
+            self._deleted_uids[uid] = now
         self.procs.forget(name)
         cls = self.config().classes.get(str((delete.pv.get("spec") or {}).get("storageClassName")))
         command = cls.block_cleaner_command[0] if cls else ""

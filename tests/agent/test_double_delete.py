@@ -58,3 +58,8 @@ def test_a_pv_deleted_after_its_job_clean_is_not_deleted_again(
     again = agent_env.apiserver.create(_released_pv("local-pv-double", "/mnt/disks/vol1"))
     executor.delete(DeletePV(again, "/mnt/disks/vol1", False, done))
     assert deletes.count((PERSISTENT_VOLUMES.kind, "local-pv-double")) == 2, deletes
+    # Long after, the old object shown again (an etcd restore brings back its uid): deleted again.
+    later = executor.clock.now() + 31
+    monkeypatch.setattr(executor.clock, "now", lambda: later)
+    executor.delete(DeletePV(pv, "/mnt/disks/vol1", False, done))
+    assert deletes.count((PERSISTENT_VOLUMES.kind, "local-pv-double")) == 3, deletes
