@@ -58,7 +58,7 @@ from localpv.kube.errors import (
     error_from_response,
     transport_error,
 )
-from localpv.kube.ratelimit import RateLimiter
+from localpv.kube.ratelimit import RateLimiter, TokenBucket
 from localpv.kube.resources import Resource
 
 log = logging.getLogger(__name__)
@@ -168,6 +168,14 @@ class KubeApi:
             other.backoff = backoff
         if timeout is not None:
             other.timeout = timeout
+        return other
+
+    def with_own_budget(self) -> KubeApi:
+        """The same connection with a rate limit of its own at the same rate (events: a burst
+        of warnings must not hold back the deletion of a PV offered over dirty data)."""
+        other = copy.copy(self)
+        if isinstance(self.limiter, TokenBucket):
+            other.limiter = self.limiter.sibling()
         return other
 
     # ------------------------------------------------------------------ plumbing

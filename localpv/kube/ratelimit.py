@@ -65,6 +65,11 @@ class TokenBucket:
         self.throttled = 0
         self.waited = 0.0
 
+    def sibling(self) -> TokenBucket:
+        """A bucket of its own at the same rate, for a stream of requests that must not
+        starve the others (events must never delay the requests that act on volumes)."""
+        return TokenBucket(self.qps, self.burst, clock=self.clock)
+
     def reserve(self) -> float:
         """Take the next slot; returns how long its holder must wait before sending."""
         with self._lock:

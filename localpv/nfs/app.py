@@ -69,8 +69,9 @@ class NfsReplica:
         self.options = options
         self.metrics = metrics or NfsMetrics()
         self.clock = clock or SystemClock()
-        self.recorder = EventRecorder(api, component=f"{options.controller.provisioner_name}_{options.identity}",
-                                      clock=self.clock)
+        component = f"{options.controller.provisioner_name}_{options.identity}"
+        # Events have a rate budget of their own: a burst of them must not slow provisioning.
+        self.recorder = EventRecorder(api.with_own_budget(), component=component, clock=self.clock)
         self.controller: ProvisionController | None = None
         self.finished = threading.Event()
         self.elector: LeaderElector | None = None

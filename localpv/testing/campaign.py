@@ -28,7 +28,7 @@ as between them), and any violation stops the campaign with an exception naming 
   re-applied itself is on offer from the moment it is applied until the agent acts on it
   (while the agent is down or starting, that is until its first pass). Such a PV counts
   as a violation only once it stayed Available over a dirty volume longer than ``grace``
-  (2 s) after the agent was up - its /status counts a completed pass - or after it was
+  (5 s) after the agent was up - its /status counts a completed pass - or after it was
   applied, whichever is later. The report gives the longest such exposure, in all and
   after the agent was up;
 * ``cleaned-while-bound`` - a tenant's data is never removed while its claim is bound;
@@ -87,8 +87,11 @@ FAULTS = ("drop-watches", "gone", "write-5xx", "conflicts", "latency", "restart"
 #: The agent campaign's kinds of cycle, with the weight of each in the seeded draw.
 CYCLE_KINDS = {"faults": 10, "reapply-down": 3, "reapply-up": 3, "hostdir": 2, "state-loss": 3}
 #: How long a PV the campaign re-applied may stay on offer over a dirty volume once the
-#: agent is up (has completed a pass) before that counts as ``offered-dirty``.
-REAPPLY_GRACE = 2.0
+#: agent is up (has completed a pass) before that counts as ``offered-dirty``. The agent
+#: retracts it in the pass after its PV watch shows it; under the campaign's own faults
+#: (300 ms on every request, watches cut, 410s) and the agent's client-side rate limit
+#: (5 requests/s, as client-go and upstream) such a pass can take a few seconds.
+REAPPLY_GRACE = 5.0
 #: Agent events counted in the report (each says one of the identity rules acted).
 AGENT_EVENTS = ("VolumeRetracted", "VolumeMoved", "JournalRecovering", "VolumeNotCleaned", "VolumeSuspect")
 

@@ -157,3 +157,15 @@ def test_node_cleanup_builds_its_api_with_the_limiter_from_the_environment(monke
     assert result.exit_code == 1 and "stub: stop here" in result.output
     limiter = seen[0].limiter
     assert isinstance(limiter, TokenBucket) and (limiter.qps, limiter.burst) == (7.5, 11)
+
+
+def test_events_get_a_budget_of_their_own_at_the_same_rate(srv: ScriptedServer) -> None:
+    main = TokenBucket(5.0, 10)
+    api = KubeApi(srv.api_client(), limiter=main)
+    events = api.with_own_budget()
+    assert isinstance(events.limiter, TokenBucket) and events.limiter is not main
+    assert (events.limiter.qps, events.limiter.burst) == (5.0, 10)
+    for _ in range(10):
+        events.limiter.reserve()  # a burst of warnings ...
+    assert main.reserve() == 0.0  # ... leaves the volume actions' budget untouched
+    assert KubeApi(srv.api_client()).with_own_budget().limiter is None
