@@ -325,7 +325,27 @@ def _load_config_or_exit(path: str) -> LoadedConfig:
     return loaded
 
 
+def _package_version() -> str:
+    """The installed distribution's version (importlib.metadata), else the source tree's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("localpv")
+    except PackageNotFoundError:
+        return __version__
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """``--version``: looked up only when asked, so that ``--help`` stays fast."""
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(f"localpv {_package_version()}")
+    ctx.exit()
+
+
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "LOCALPV"})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              allow_from_autoenv=False, help="Print the version and exit.")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 @click.option("--log-level", type=click.Choice(["warning", "info", "debug"], case_sensitive=False), default=None,
               envvar="LOCALPV_LOG_LEVEL", help="Log level (env LOCALPV_LOG_LEVEL); with -v, the more verbose wins.")
@@ -342,7 +362,7 @@ def cli(ctx: click.Context, verbose: int, log_level: str | None) -> None:
 @cli.command()
 def version() -> None:
     """Print the version."""
-    click.echo(f"localpv {__version__}")
+    click.echo(f"localpv {_package_version()}")
 
 
 @cli.group()
@@ -352,7 +372,8 @@ def config() -> None:
 
 @config.command("check")
 @click.argument("path", type=click.Path(exists=True, dir_okay=True, file_okay=True))
-@click.option("--output", "-o", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="Output format of the effective configuration.")
 def config_check(path: str, output: str) -> None:
     """Validate a ConfigMap directory or YAML file and print the effective configuration.
 
@@ -368,7 +389,7 @@ def config_check(path: str, output: str) -> None:
     if output == "json":
         click.echo(json.dumps(data, indent=2, sort_keys=False))
     else:
-        click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), nl=False)
+        click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True), nl=False)
 
 
 @config.command("reference")
@@ -380,12 +401,14 @@ def config_reference() -> None:
 
 
 @cli.command()
-@click.option("--dry-run", is_flag=True, required=True, help="Only show what would be done (required).")
+@click.option("--dry-run", is_flag=True, help="Only show what would be done: the only mode, so optional (kept for "
+                                             "compatibility).")
 @click.option("--config", "config_path", default="/etc/provisioner/config", show_default=True,
               envvar="LOCALPV_CONFIG", type=click.Path(exists=True), help="ConfigMap directory or YAML file.")
 @click.option("--node", "node_name", envvar="MY_NODE_NAME", required=True, callback=_node_name,
               help="Node name (env MY_NODE_NAME).")
-@click.option("--output", "-o", type=click.Choice(["table", "yaml", "json"]), default="table", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["table", "yaml", "json"]), default="table", show_default=True,
+              help="Output format.")
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None,
               help="Read the real Node, StorageClasses and PVs (read-only).")
 @click.option("--request-timeout", default="5s", show_default=True, callback=_duration,
@@ -432,7 +455,7 @@ def discover(dry_run: bool, config_path: str, node_name: str, output: str, kubec
     if output == "json":
         click.echo(json.dumps(result.as_json(), indent=2))
     elif output == "yaml":
-        click.echo(yaml.safe_dump(result.as_json(), sort_keys=False), nl=False)
+        click.echo(yaml.safe_dump(result.as_json(), sort_keys=False, allow_unicode=True), nl=False)
     else:
         click.echo(render_table(result), nl=False)
     for assumption in result.assumptions if output != "table" else ():
@@ -492,7 +515,7 @@ def _wait_for_signal() -> None:
 @KUBECONFIG_OPTION
 @click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
               help="Address for /metrics, /ready and /healthz.")
-@click.option("--metrics-path", default="/metrics", show_default=True)
+@click.option("--metrics-path", default="/metrics", show_default=True, help="URL path of the Prometheus metrics.")
 @click.option("--discovery-period", default="10s", show_default=True, callback=_duration,
               help="Safety-net period between passes (events trigger passes at once).")
 @click.option("--config-sync-period", default="5s", show_default=True, callback=_duration,
@@ -585,7 +608,8 @@ def _shell_words(ctx: click.Context, param: click.Parameter, value: str | None) 
               help="DANGEROUS: empty --dir even if it is not a mounted volume inside a discovery dir.")
 @click.option("--command", "command", default=None, callback=_shell_words,
               help="Cleaner command for --device, split like a shell would (default: quick_reset.sh).")
-@click.option("--timeout", default="6h", show_default=True, callback=_duration)
+@click.option("--timeout", default="6h", show_default=True, callback=_duration,
+              help="Give up (and kill the cleaner) after this long, a Go duration such as 30m.")
 def cleanup(device: str | None, directory: str | None, discovery_dirs: tuple[str, ...], config_path: str | None,
             unsafe_any_directory: bool, command: str | None, timeout: float) -> None:
     """Wipe one volume; exit 0 only when it is verified clean (the cleanup Job entrypoint).
@@ -669,7 +693,8 @@ def _agent_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--agent-url", default="http://127.0.0.1:8080", show_default=True, envvar="LOCALPV_AGENT_URL",
               callback=_agent_url,
               help="The agent's --listen-address (run this in the agent pod: kubectl exec).")
-@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Output format.")
 def status(agent_url: str, output: str) -> None:
     """Show this node's volumes: PV, phase, claim, cleanup state and progress, skipped entries."""
     import json
@@ -802,10 +827,13 @@ def _octal_mode(ctx: click.Context, param: click.Parameter, value: str) -> int:
 @click.option("--failed-delete-threshold", default=15, show_default=True, type=click.IntRange(0),
               envvar="LOCALPV_FAILED_DELETE_THRESHOLD", help="Retries before giving up until resync (0: never).")
 @click.option("--lease-duration", default="15s", show_default=True, callback=_duration,
-              envvar="LOCALPV_LEASE_DURATION")
+              envvar="LOCALPV_LEASE_DURATION",
+              help="Leader election: how long other replicas wait after the last renewal before taking over.")
 @click.option("--renew-deadline", default="10s", show_default=True, callback=_duration,
-              envvar="LOCALPV_RENEW_DEADLINE")
-@click.option("--retry-period", default="2s", show_default=True, callback=_duration, envvar="LOCALPV_RETRY_PERIOD")
+              envvar="LOCALPV_RENEW_DEADLINE",
+              help="Leader election: the leader steps down when it cannot renew within this long.")
+@click.option("--retry-period", default="2s", show_default=True, callback=_duration, envvar="LOCALPV_RETRY_PERIOD",
+              help="Leader election: wait between attempts to acquire or renew the Lease.")
 @_kube_api_rate_options(CONTROLLER_RATE)
 def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: str, kubeconfig: str | None,
         namespace: str | None, mount_dir: str, dir_mode: int, listen_address: str, workers: int,
@@ -888,7 +916,7 @@ def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: 
 @KUBECONFIG_OPTION
 @click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
               help="Address for /metrics, /ready and /healthz (empty disables).")
-@click.option("--metrics-path", default="/metrics", show_default=True)
+@click.option("--metrics-path", default="/metrics", show_default=True, help="URL path of the Prometheus metrics.")
 @_kube_api_rate_options(CONTROLLER_RATE)
 def node_cleanup(storageclass_names: str, pvc_deletion_delay: float, stale_pv_discovery_interval: float,
                  resync: float, worker_threads: int, kubeconfig: str | None, listen_address: str,

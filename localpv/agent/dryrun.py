@@ -1,4 +1,4 @@
-"""``localpv discover --dry-run``: what the agent would create, without a cluster.
+"""``localpv discover`` (a dry run, its only mode): what the agent would create, without a cluster.
 
 It runs the very same planner as the agent over the real host (mount table, discovery
 directories), with an empty journal. Without a kubeconfig it assumes what it cannot
