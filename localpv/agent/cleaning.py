@@ -225,11 +225,16 @@ def filesystem_cleaner(
             return CleanOutcome(True, last.removeprefix("clean: "))
         if result.exit_code == 1 and last.startswith("NOT clean: "):
             return CleanOutcome(False, last.removeprefix("NOT clean: "))
-        tail = " | ".join(result.tail[-3:])
-        return CleanOutcome(False, f"cleaning {container_path} failed: the cleaner exited with {result.exit_code}: "
-                                   f"{tail}")
+        return CleanOutcome(False, f"cleaning {container_path} failed: the cleaner "
+                                   f"{_exited(result.exit_code, result.tail)}")
 
     return clean
+
+
+def _exited(exit_code: int | None, tail: Sequence[str]) -> str:
+    """``exited with N: <its last lines>``, or ``exited with N (no output)`` when it said nothing."""
+    said = " | ".join(line for line in tail[-3:] if line.strip())
+    return f"exited with {exit_code}: {said}" if said else f"exited with {exit_code} (no output)"
 
 
 def block_cleaner(
@@ -280,6 +285,6 @@ def block_cleaner(
             return CleanOutcome(False, f"{argv[0]} timed out after {timeout:.0f}s: {tail}" + _lingering_note(result))
         if result.cancelled:
             return CleanOutcome(False, f"{argv[0]} was cancelled" + _lingering_note(result))
-        return CleanOutcome(False, f"{argv[0]} exited with {result.exit_code}: {tail}")
+        return CleanOutcome(False, f"{argv[0]} {_exited(result.exit_code, result.tail)}")
 
     return clean

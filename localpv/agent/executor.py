@@ -311,7 +311,15 @@ class Executor:
             return
         where = f"{pv_host_path(other) or 'not a local volume'}"
         labels = (other.get("metadata") or {}).get("labels") or {}
-        node = labels.get(NODE_LABEL_KEY) or labels.get(HOSTNAME_LABEL_KEY) or "another node"
+        theirs = labels.get(NODE_LABEL_KEY)
+        hostname = labels.get(HOSTNAME_LABEL_KEY)
+        if (self._same_node(other) or theirs == node_label_value(self.node.name)
+                or (theirs is None and hostname is not None and hostname == self.node.hostname)):
+            node = "this node"
+        elif theirs or hostname:
+            node = f"node {theirs or hostname}"
+        else:
+            node = "a node it does not name"
         description = f"{where} on {node}"
         self.journal.apply({create.host_path: None})
         if self.collisions.get(name) != description:

@@ -78,3 +78,98 @@ def test_config_check_yaml_is_utf8(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["config", "check", str(config)])
     assert result.exit_code == 0, result.output
     assert "/mnt/dïsks" in result.stdout
+
+
+def test_a_silent_failing_cleaner_says_no_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from localpv.agent import cleaning
+
+    monkeypatch.setattr(cleaning, "block_device_problem", lambda path: None)
+    outcome = cleaning.block_cleaner("/dev/localpv-test-none", ["false"], timeout=10)(threading.Event())
+    assert not outcome.ok
+    assert outcome.message == "false exited with 1 (no output)"
+
+
+def test_a_failing_cleaner_quotes_its_last_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from localpv.agent import cleaning
+
+    monkeypatch.setattr(cleaning, "block_device_problem", lambda path: None)
+    outcome = cleaning.block_cleaner("/dev/localpv-test-none", ["sh", "-c", "echo disk gone; exit 3"],
+                                     timeout=10)(threading.Event())
+    assert outcome.message == "sh exited with 3: disk gone"
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def event(self, obj: object, kind: str, reason: str, message: str) -> None:
+        self.events.append((reason, message))
+
+
+class _Api:
+    def __init__(self, pv: dict[str, object]) -> None:
+        self.pv = pv
+
+    def get(self, resource: object, name: str) -> dict[str, object]:
+        return self.pv
+
+
+class _Journal:
+    def apply(self, changes: object) -> None:
+        pass
+
+
+def _collision_message(other: dict[str, object]) -> str:
+    from localpv.agent.executor import Executor
+    from localpv.agent.pvbuilder import NodeInfo
+    from localpv.agent.reconcile import CreatePV
+
+    executor = object.__new__(Executor)
+    recorder = _Recorder()
+    vars(executor).update(api=_Api(other), node=NodeInfo("node-a", "uid-a", {"kubernetes.io/hostname": "node-a"}),
+                          provisioner="local-volume-provisioner-node-a-uid-a", journal=_Journal(),
+                          collisions={}, recorder=recorder)
+    create = CreatePV(pv={"metadata": {"name": "local-pv-1234"}}, host_path="/mnt/disks/vol2", mode="Filesystem",
+                      capacity=1)
+    executor._on_name_taken(create)
+    assert [reason for reason, _ in recorder.events] == ["PVNameCollision"]
+    return recorder.events[0][1]
+
+
+def test_name_collision_on_this_node_says_this_node() -> None:
+    from localpv.naming import NODE_LABEL_KEY
+
+    other = {"metadata": {"name": "local-pv-1234", "labels": {NODE_LABEL_KEY: "node-a"}},
+             "spec": {"local": {"path": "/mnt/disks/vol1"}}}
+    message = _collision_message(other)
+    assert "(/mnt/disks/vol1 on this node)" in message
+    assert "another node" not in message
+
+
+def test_name_collision_of_a_pv_with_no_node_label_but_our_hostname_says_this_node() -> None:
+    other = {"metadata": {"name": "local-pv-1234", "labels": {"kubernetes.io/hostname": "node-a"}},
+             "spec": {"local": {"path": "/mnt/disks/vol1"}}}
+    assert "(/mnt/disks/vol1 on this node)" in _collision_message(other)
+
+
+def test_name_collision_on_another_node_names_it() -> None:
+    from localpv.naming import NODE_LABEL_KEY
+
+    other = {"metadata": {"name": "local-pv-1234", "labels": {NODE_LABEL_KEY: "node-b"}},
+             "spec": {"local": {"path": "/mnt/disks/vol2"}}}
+    assert "(/mnt/disks/vol2 on node node-b)" in _collision_message(other)
+
+
+def test_name_collision_with_our_own_unlabelled_pv_does_not_say_another_node() -> None:
+    from localpv.naming import PROVISIONED_BY_ANNOTATION
+
+    other = {"metadata": {"name": "local-pv-1234",
+                          "annotations": {PROVISIONED_BY_ANNOTATION: "local-volume-provisioner-node-a-uid-a"}},
+             "spec": {"local": {"path": "/mnt/disks/vol1"}}}
+    message = _collision_message(other)
+    assert "(/mnt/disks/vol1 on this node)" in message
+    assert "another node" not in message
