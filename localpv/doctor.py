@@ -14,7 +14,7 @@ verdict is tested on constructed facts, and the gatherers on real mounts and the
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,8 @@ class ClassFacts:
     entries: tuple[Entry, ...] = ()
     #: the mount that contains mountDir (the longest mount point above or at it)
     mount: MountInfo | None = None
+    #: entry name -> what it points to, for the entries that are symlinks (a scan follows them)
+    symlinks: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -130,14 +132,22 @@ def check_directory(facts: ClassFacts) -> list[Finding]:
         EntryKind.BLOCK]
     findings = [Finding(OK, subject, f"discovery directory {cls.mount_dir} has {len(facts.entries)} entries, "
                                      f"{usable} usable as {cls.volume_mode} volumes")]
-    findings += [f for f in (_entry_finding(cls, entry) for entry in facts.entries) if f is not None]
+    findings += [f for f in (_entry_finding(cls, entry, facts.symlinks) for entry in facts.entries) if f is not None]
     return findings
 
 
-def _entry_finding(cls: ClassConfig, entry: Entry) -> Finding | None:
+def _entry_finding(cls: ClassConfig, entry: Entry, symlinks: Mapping[str, str]) -> Finding | None:
     """Why one discovery-directory entry gets no PV, with its fix (None: it is a volume)."""
     subject = f"class {cls.name}"
     host_path = os.path.join(cls.host_dir, entry.name)
+    if entry.kind in (EntryKind.DIRECTORY, EntryKind.OTHER):
+        target = symlinks.get(entry.name)
+        if target is not None:
+            # Never advise a mount on it: mount follows the link, and a bind mount of
+            # "link -> /etc" onto itself binds /etc onto /etc.
+            return Finding(ERROR, subject, f"{entry.path} is a symlink to {target}, not a mount point: no PV",
+                           f"on the node: remove the symlink {host_path} (that leaves {target} alone); to make "
+                           f"a volume there, mount a disk on a real directory {host_path} made in its place")
     if entry.kind is EntryKind.DIRECTORY:
         return Finding(ERROR, subject, f"{entry.path} is a plain directory, not a mount point: no PV",
                        f"on the node: mount a disk on {host_path}, or `mount --bind {host_path} "
@@ -158,6 +168,14 @@ def _entry_finding(cls: ClassConfig, entry: Entry) -> Finding | None:
                        "put symlinks to block devices in a Block class's hostDir, or use a "
                        "Filesystem class")
     return None
+
+
+def _symlink_target(path: str) -> str | None:
+    """What the symlink ``path`` points to (as written in the link), or None when it is not one."""
+    try:
+        return os.readlink(path)
+    except OSError:  # not a symlink, or gone
+        return None
 
 
 def check_propagation(facts: ClassFacts, in_pod: bool) -> list[Finding]:
@@ -281,7 +299,8 @@ def gather_host(config: ProvisionerConfig, *, in_pod: bool, mountinfo: str = "/p
             entries, error = (), err.error.strerror or str(err.error)
         if error is None and not os.path.isdir(cls.mount_dir):
             error = "not a directory"
-        classes.append(ClassFacts(cls, error, entries, containing_mount(mounts, cls.mount_dir)))
+        links = {e.name: target for e in entries if (target := _symlink_target(e.path)) is not None}
+        classes.append(ClassFacts(cls, error, entries, containing_mount(mounts, cls.mount_dir), links))
     dev = next((m for m in reversed(mounts) if m.mount_point == "/dev"), None)
     return HostFacts(tuple(classes), in_pod, dev.fs_type if dev else None)
 
