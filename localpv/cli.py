@@ -305,7 +305,7 @@ def _listen_or_exit(address: str) -> socket.socket:
         _refuse(_named("listen_address", "--listen-address", "LOCALPV_LISTEN_ADDRESS", _quote(address)), str(err))
 
 
-def _load_config_or_exit(path: str) -> LoadedConfig:
+def _load_config_or_exit(path: str, *, strict: bool = False) -> LoadedConfig:
     """Load the configuration; on problems print each (with typo hints), one line each, and exit 2.
 
     Warnings of a valid configuration go to stderr too: they are usually typos.
@@ -313,7 +313,7 @@ def _load_config_or_exit(path: str) -> LoadedConfig:
     from localpv.config import ConfigError, load_config
 
     try:
-        loaded = load_config(path)
+        loaded = load_config(path, strict=strict)
     except ConfigError as err:
         for problem in err.problems:
             click.echo(f"error: {_one_line(problem)}", err=True)
@@ -377,7 +377,9 @@ def config() -> None:
 def config_check(path: str, output: str) -> None:
     """Validate a ConfigMap directory or YAML file and print the effective configuration.
 
-    Exits 0 when valid, 2 with one line per problem otherwise.
+    Exits 0 when valid, 2 with one line per problem otherwise. Stricter than the agent:
+    two classes sharing a hostDir are an error here (the agent warns). A multi-document
+    file (helm template output) is searched for the ConfigMap with storageClassMap.
     """
     import json
 
@@ -385,7 +387,7 @@ def config_check(path: str, output: str) -> None:
 
     from localpv.config import config_to_data
 
-    data = config_to_data(_load_config_or_exit(path).config)
+    data = config_to_data(_load_config_or_exit(path, strict=True).config)
     if output == "json":
         click.echo(json.dumps(data, indent=2, sort_keys=False))
     else:

@@ -161,6 +161,47 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN_RE = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
+_LABEL_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_SUBDOMAIN_RULE = ('a DNS-1123 subdomain: lowercase letters, digits, "-" and ".", starting and ending with a '
+                   "letter or digit, at most 253 characters")
+_LABEL_KEY_RULE = ('a label key: an optional DNS-1123 subdomain prefix (at most 253 characters) and "/", then a '
+                   'name of at most 63 letters, digits, "-", "_" and ".", starting and ending with a letter or digit')
+_LABEL_VALUE_RULE = ('a label value: empty, or at most 63 letters, digits, "-", "_" and ".", starting and ending '
+                     "with a letter or digit")
+
+
+def _subdomain_problem(text: str) -> str | None:
+    """What is wrong with ``text`` as a DNS-1123 subdomain (a found-part for a message), or None."""
+    if not text:
+        return "an empty name"
+    if len(text) > 253:
+        return f"{len(text)} characters"
+    if not _DNS1123_SUBDOMAIN_RE.fullmatch(text):
+        return _quote(text)
+    return None
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be a Kubernetes label key (as the API server validates it), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix)):
+        return f"expected {_LABEL_KEY_RULE}; found prefix {_quote(prefix)}"
+    if not name or len(name) > 63 or not _LABEL_NAME_RE.fullmatch(name):
+        found = f"a name of {len(name)} characters" if len(name) > 63 else f"name {_quote(name)}"
+        return f"expected {_LABEL_KEY_RULE}; found {found}"
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a Kubernetes label value, or None."""
+    if value and (len(value) > 63 or not _LABEL_NAME_RE.fullmatch(value)):
+        found = f"{len(value)} characters" if len(value) > 63 else _quote(value)
+        return f"expected {_LABEL_VALUE_RULE}; found {found}"
+    return None
+
+
 _YAML11_BOOLS = {
     "y": True, "yes": True, "true": True, "on": True,
     "n": False, "no": False, "false": False, "off": False,
@@ -348,6 +389,31 @@ def _parse_tolerations(value: Any, path: str, problems: _Problems) -> tuple[Mapp
     return tuple(value) if len(problems.errors) == before else None
 
 
+def _parse_label_keys(value: Any, path: str, problems: _Problems) -> tuple[str, ...] | None:
+    """``nodeLabelsForPV``: Node label keys, each a valid label key (it becomes one on the PV)."""
+    keys = _as_str_list(value, path, problems)
+    if keys is None:
+        return None
+    bad = [(i, p) for i, key in enumerate(keys) if (p := label_key_problem(key)) is not None]
+    for i, problem in bad:
+        problems.error(f"{path}[{i}]", problem)
+    return None if bad else keys
+
+
+def _parse_labels(value: Any, path: str, problems: _Problems) -> dict[str, str] | None:
+    """``labelsForPV``: label keys and values as the API server accepts them on a PV."""
+    labels = _as_str_map(value, path, problems)
+    if labels is None:
+        return None
+    bad = False
+    for key, text in labels.items():
+        for problem in (label_key_problem(key), label_value_problem(text)):
+            if problem is not None:
+                problems.error(f"{path}.{key}", problem)
+                bad = True
+    return None if bad else labels
+
+
 # One row per ConfigMap key: (dataclass field, parser, documentation). The order is the
 # order of the generated reference.
 _Parser = Callable[[Any, str, _Problems], Any]
@@ -371,7 +437,14 @@ def _parse_class_map(value: Any, path: str, problems: _Problems) -> dict[str, Cl
         return None
     classes: dict[str, ClassConfig] = {}
     for name, entry in value.items():
-        parsed = _parse_class(str(name), entry, f"{path}.{name}", problems)
+        where = f"{path}.{name}"
+        if name is None or isinstance(name, bool) or not isinstance(name, str | int | float):
+            problems.error(where, f"expected a StorageClass name ({_SUBDOMAIN_RULE}), got {_describe(name)}")
+            continue
+        if problem := _subdomain_problem(str(name)):
+            problems.error(where, f"expected a StorageClass name ({_SUBDOMAIN_RULE}), got {problem}")
+            continue
+        parsed = _parse_class(str(name), entry, where, problems)
         if parsed is not None:
             classes[str(name)] = parsed
     return classes if len(classes) == len(value) else None
@@ -529,7 +602,33 @@ def _parse_class(name: str, entry: Any, path: str, problems: _Problems) -> Class
         return None
     cls = ClassConfig(name=name, **values)
     _warn_device_dir(cls, path, problems)
+    if "blockCleanerCommand" in entry:
+        _warn_missing_cleaner(cls.block_cleaner_command[0], f"{path}.blockCleanerCommand", problems)
     return cls
+
+
+#: Where the image has the cleaner scripts, and where the package keeps its copy of them.
+IMAGE_SCRIPTS_DIR = "/scripts"
+PACKAGED_SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
+
+
+def _warn_missing_cleaner(command: str, path: str, problems: _Problems) -> None:
+    """A cleaner that is not here is a warning, not an error: the check may run off the node,
+    and the image may have it. A ``/scripts/`` script the package ships is there either way."""
+    import shutil
+
+    if "/" not in command:
+        if shutil.which(command) is None:
+            problems.warnings.append(f"{path}: {_quote(command)} is not on PATH here; block volumes of this "
+                                     "class are not cleaned unless the agent's image has it")
+        return
+    if os.path.exists(command):
+        return
+    if command.startswith(IMAGE_SCRIPTS_DIR + "/") and (PACKAGED_SCRIPTS_DIR / command[len(IMAGE_SCRIPTS_DIR) + 1:]
+                                                        ).is_file():
+        return
+    problems.warnings.append(f"{path}: {_quote(command)} does not exist here; block volumes of this class are "
+                             "not cleaned unless the agent's image has it")
 
 
 def _warn_device_dir(cls: ClassConfig, path: str, problems: _Problems) -> None:
@@ -546,9 +645,9 @@ def _warn_device_dir(cls: ClassConfig, path: str, problems: _Problems) -> None:
 TOP_LEVEL_KEYS: dict[str, KeySpec] = {
     "storageClassMap": KeySpec("classes", _parse_class_map,
                                "One entry per StorageClass name; see the class keys."),
-    "nodeLabelsForPV": KeySpec("node_labels_for_pv", _as_str_list,
+    "nodeLabelsForPV": KeySpec("node_labels_for_pv", _parse_label_keys,
                                "Node label keys whose values are copied onto created PVs."),
-    "labelsForPV": KeySpec("labels_for_pv", _as_str_map,
+    "labelsForPV": KeySpec("labels_for_pv", _parse_labels,
                            "Static labels added to created PVs (win over node labels)."),
     "useAlphaAPI": KeySpec("use_alpha_api", _as_bool,
                            "Put node affinity in the alpha annotation (pre-1.10 clusters)."),
@@ -580,32 +679,46 @@ TOP_LEVEL_KEYS: dict[str, KeySpec] = {
 }
 
 
-def parse_config(data: Mapping[str, Any]) -> LoadedConfig:
-    """Validate already-decoded key/value data and build a fresh :class:`ProvisionerConfig`."""
+def parse_config(data: Mapping[str, Any], *, strict: bool = False) -> LoadedConfig:
+    """Validate already-decoded key/value data and build a fresh :class:`ProvisionerConfig`.
+
+    ``strict`` (``localpv config check``): what upstream accepts but is almost surely a
+    mistake is an error rather than a warning: two classes sharing a hostDir. The agent reads
+    non-strictly, so a configuration upstream ran keeps running.
+    """
     problems = _Problems()
     _check_keys(data, TOP_LEVEL_KEYS, "", problems)
     values: dict[str, Any] = {}
     for key, spec in TOP_LEVEL_KEYS.items():
         if key in data and data[key] is not None:
             values[spec.field] = spec.parse(data[key], key, problems)
+    if not problems.errors:
+        _check_shared_dirs(values.get("classes", {}), problems, strict=strict)
     if problems.errors:
         raise ConfigError(problems.errors, tuple(problems.warnings))
-    _check_shared_dirs(values.get("classes", {}), problems)
     return LoadedConfig(ProvisionerConfig(**values), tuple(problems.warnings))
 
 
-def _check_shared_dirs(classes: Mapping[str, ClassConfig], problems: _Problems) -> None:
-    """Two classes sharing a hostDir is legal upstream but yields one PV per path only
-    because of the duplicate-path guard; one hostDir inside another is seen by the outer class
-    as an entry, offered (and wiped) as one volume once it is a mount point. Say so, since both
-    are usually mistakes. The directories are normalised, so equal means the same spelling."""
+def _check_shared_dirs(classes: Mapping[str, ClassConfig], problems: _Problems, *, strict: bool) -> None:
+    """Two classes sharing a hostDir is legal upstream, but each volume then gets one PV only,
+    from whichever class discovers it first: one class silently wins. A warning (an error when
+    ``strict``), naming both classes. One hostDir inside another is seen by the outer class as
+    an entry, offered (and wiped) as one volume once it is a mount point: a warning. The
+    directories are normalised, so equal means the same directory however it is spelled."""
     first: dict[str, str] = {}
     for name, cls in classes.items():
         if cls.host_dir in first:
-            problems.warnings.append(
-                f"storageClassMap.{name}.hostDir: same directory as class {first[cls.host_dir]}; "
-                "each volume gets one PV only, from whichever class discovers it first"
-            )
+            other = first[cls.host_dir]
+            where = f"storageClassMap.{name}.hostDir"
+            if strict:
+                problems.error(where, f"expected a directory no other class uses, found {cls.host_dir}, the "
+                                      f"hostDir of class {other} too (classes {other} and {name} would race for "
+                                      "each volume in it, and one would silently win)")
+            else:
+                problems.warnings.append(
+                    f"{where}: same directory as class {other}; each volume gets one PV only, from whichever "
+                    f"class discovers it first ({other} or {name})"
+                )
         else:
             first[cls.host_dir] = name
     for name, cls in classes.items():
@@ -722,21 +835,27 @@ def read_config_data(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
     if p.is_dir():
         data: dict[str, Any] = {}
+        errors: list[str] = []
         for child in sorted(p.iterdir()):
             # Kubernetes mounts keys as symlinks into a timestamped dot-directory.
             if child.name.startswith(".") or child.is_dir():
                 continue
+            # Every file is read, so that all the problems of a mounted ConfigMap are said at once.
             try:
                 text = child.read_text(encoding="utf-8")
+                data[child.name] = _load_yaml(text, child.name, key=child.name)
             except (OSError, UnicodeDecodeError) as err:
-                raise ConfigError([f"{child.name}: cannot read {child}: {err}"]) from err
-            data[child.name] = _load_yaml(text, child.name, key=child.name)
+                errors.append(f"{child.name}: cannot read {child}: {err}")
+            except ConfigError as err:
+                errors += err.problems
+        if errors:
+            raise ConfigError(errors)
         return data
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError([f"{p}: cannot read configuration: {err}"]) from err
-    doc = _load_yaml(text, str(p))
+    doc = _pick_config_map(text, p) if _has_several_documents(text) else _load_yaml(text, str(p))
     if doc is None:
         return {}
     if not isinstance(doc, dict):
@@ -749,14 +868,70 @@ def read_config_data(path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
-def load_config(path: str | os.PathLike[str]) -> LoadedConfig:
-    """Read and validate a configuration directory or file; raise :class:`ConfigError`.
+_DOCUMENT_START = re.compile(r"^---", re.MULTILINE)
+
+
+def _has_several_documents(text: str) -> bool:
+    """Whether ``text`` may hold more than one YAML document (a ``---`` after some content)."""
+    starts = [m.start() for m in _DOCUMENT_START.finditer(text)]
+    return any(text[:start].strip(" \t\r\n") and not _only_comments(text[:start]) for start in starts)
+
+
+def _only_comments(text: str) -> bool:
+    return all(not line.strip() or line.lstrip().startswith(("#", "%")) for line in text.splitlines())
+
+
+def _pick_config_map(text: str, p: Path) -> Any:
+    """The provisioner's ConfigMap out of a multi-document stream (``helm template`` output):
+    the ConfigMap whose data has ``storageClassMap``; an error naming them when several do."""
+    docs: list[Any] = []
+    try:
+        loader = _Loader(text)
+        try:
+            while loader.check_data():  # type: ignore[no-untyped-call]
+                docs.append(loader.get_data())
+        finally:
+            loader.dispose()
+    except _TooDeep as err:
+        where = f" (line {err.mark.line + 1}, column {err.mark.column + 1})" if err.mark else ""
+        raise ConfigError([f"{p}: expected at most {MAX_NESTING} levels of nesting, found more{where}"]) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError([f"{p}: not valid YAML{where}: {problem}"]) from err
+    for doc in docs:
+        if (shape := _shape_problem(doc)) is not None:
+            raise ConfigError([f"{shape[0] or p}: {shape[1]} (in {p})"])
+    real = [d for d in docs if d is not None]
+    if len(real) <= 1:
+        return real[0] if real else None
+    candidates = [d for d in real if isinstance(d, dict) and d.get("kind") == "ConfigMap"
+                  and isinstance(d.get("data"), dict) and "storageClassMap" in d["data"]]
+    if len(candidates) == 1:
+        return candidates[0]
+
+    def name(doc: dict[str, Any]) -> str:
+        meta: dict[str, Any] = doc["metadata"] if isinstance(doc.get("metadata"), dict) else {}
+        namespace = meta.get("namespace")
+        return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+    if candidates:
+        raise ConfigError([f"{p}: expected one ConfigMap with storageClassMap among its {len(real)} documents, "
+                           f"found {len(candidates)}: {', '.join(name(d) for d in candidates)}"])
+    raise ConfigError([f"{p}: expected a ConfigMap with storageClassMap among its {len(real)} documents, "
+                       "found none"])
+
+
+def load_config(path: str | os.PathLike[str], *, strict: bool = False) -> LoadedConfig:
+    """Read and validate a configuration directory or file; raise :class:`ConfigError`
+    (``strict``: see :func:`parse_config`).
 
     Never anything else for what the files hold: the agent's reload thread keeps the last
     good configuration on ConfigError, and any other exception would end it.
     """
     try:
-        return parse_config(read_config_data(path))
+        return parse_config(read_config_data(path), strict=strict)
     except RecursionError:  # a last guard: the readers above bound nesting already
         raise ConfigError([f"{path}: nested too deeply to be read"]) from None
 
