@@ -154,6 +154,8 @@ def _run_in_child(
         if records is not None:
             records.remove(f"{key}.{pid}")
 
+    if records is not None:
+        env = {**env, **records.marker()}  # found again by a restarted agent even if never recorded
     result = run_cleaner(argv, env, timeout=timeout, on_line=on_line, cancel=cancel, kill_grace=kill_grace,
                          on_start=started, on_exit=reaped)
     if result.lingering:

@@ -317,7 +317,34 @@ class ProcessRecords:
     declared the volume clean - onto the next tenant's data. So every running cleaner is
     recorded (pid and start time, which together identify the process even if the pid is
     reused), and :meth:`kill_leftovers` kills whatever is still running at start-up.
+
+    A record is written once the process runs, so an agent killed between the two leaves an
+    unrecorded cleaner. Each cleaner therefore also carries a marker in its environment
+    (:meth:`marker`, naming this records directory), and :meth:`kill_leftovers` finds such
+    processes in ``/proc`` whether or not they were recorded.
     """
+
+    MARKER = "LOCALPV_CLEANER_OF"
+
+    def marker(self) -> dict[str, str]:
+        """The environment entry that marks a cleaner as one of these records' owner's."""
+        return {self.MARKER: os.path.realpath(self.directory)} if self.directory is not None else {}
+
+    def _marked(self) -> list[int]:
+        """Processes (own session: pid = group) carrying this owner's marker."""
+        wanted = f"{self.MARKER}={os.path.realpath(self.directory or '')}".encode()
+        found = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    environ = f.read().split(b"\0")
+            except OSError:
+                continue
+            if wanted in environ and _start_time(int(name)) is not None:
+                found.append(int(name))
+        return found
 
     def __init__(self, directory: str | os.PathLike[str] | None) -> None:
         self.directory = None if directory is None else os.fspath(directory)
@@ -365,6 +392,10 @@ class ProcessRecords:
                 killed.append(pid)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+        for pid in self._marked():
+            if pid not in killed:
+                _signal_group(pid, signal.SIGKILL)
+                killed.append(pid)
         deadline = time.monotonic() + timeout
         for pid in killed:
             while time.monotonic() < deadline and _group_alive(pid):
