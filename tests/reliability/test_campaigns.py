@@ -22,7 +22,11 @@ def test_agent_keeps_its_promises_under_faults_kill9_and_identity_changes(tmp_pa
     # reapply-down, hostdir and state-loss each kill the agent; the fault cycle does unless
     # its random instant fell after its last tick
     assert report.kills >= 3
-    assert report.lost_with_pv_deleted == 1, "the first state-loss cycle also deletes a dirty volume's PV"
+    # The state-loss cycle also deletes a dirty volume's Released PV when one shows up within
+    # 3 s with the agent down, which depends on where the tenants were when it was killed
+    # (tests/agent/test_identity_e2e.py::test_lost_state_dir_cleans_before_offering_and_says_so
+    # covers that case deterministically).
+    assert report.lost_with_pv_deleted in (0, 1)
     assert report.reapplied + report.reapply_raced == 2 and report.reapplied >= 1
     assert report.host_dir_changes == 1
     assert report.tenants >= 8, "the campaign must actually exercise the lifecycle"
