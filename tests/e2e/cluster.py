@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from localpv.kube.resources import (
     STORAGE_CLASSES,
     Resource,
 )
+from tests.conftest import wait_for as _wait_for
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -62,14 +62,8 @@ def missing_environment() -> str | None:
 
 
 def wait_for(predicate: Callable[[], T | None], timeout: float, what: str, interval: float = 0.25) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    """The suite-wide wait (tests/conftest.py), with the e2e suite's coarser poll interval."""
+    return _wait_for(predicate, timeout=timeout, interval=interval, what=what)  # type: ignore[arg-type]
 
 
 def run(*cmd: str) -> str:
