@@ -115,3 +115,10 @@ def _run_logged(python: Path, actions: list[dict[str, Any]], workdir: Path) -> t
     assert proc.returncode == 0, f"helm runner exited {proc.returncode}: {proc.stderr[-3000:]}"
     outcomes: list[dict[str, Any]] = json.loads(proc.stdout)
     return outcomes, proc.stderr
+
+
+def installed(installs: dict[str, Install], name: str) -> Install:
+    """The named install, which must have succeeded."""
+    inst = installs[name]
+    assert inst.error is None, f"{name}: helm install failed: {inst.error}"
+    return inst

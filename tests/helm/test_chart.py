@@ -21,7 +21,7 @@ from localpv.config import load_config
 from localpv.doctor import required_access
 from localpv.naming import NODE_LABEL_KEY
 from localpv.testing.apiserver import KUBE_VERSION
-from tests.helm.chart import CI_VALUES, NAMESPACE, Install, lint, load_values, run_helm
+from tests.helm.chart import CI_VALUES, NAMESPACE, Install, installed, lint, load_values, run_helm
 
 Obj = dict[str, Any]
 
@@ -71,12 +71,6 @@ def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     finally:
         for inst in done.values():
             inst.server.stop()
-
-
-def installed(installs: dict[str, Install], name: str) -> Install:
-    inst = installs[name]
-    assert inst.error is None, f"{name}: helm install failed: {inst.error}"
-    return inst
 
 
 def container(obj: Obj) -> Obj:

@@ -27,7 +27,7 @@ import yaml
 
 from localpv.cli import cli
 from localpv.testing.apiserver import ApiServer
-from tests.helm.chart import CI_VALUES, Install, load_values, run_helm
+from tests.helm.chart import CI_VALUES, Install, installed, load_values, run_helm
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM_VALUES = REPO / "tests" / "e2e" / "data" / "lsp-2.9.0-values.yaml"
@@ -77,12 +77,6 @@ def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     finally:
         for inst in done.values():
             inst.server.stop()
-
-
-def installed(installs: dict[str, Install], name: str) -> Install:
-    inst = installs[name]
-    assert inst.error is None, f"{name}: helm install failed: {inst.error}"
-    return inst
 
 
 def agent_container(inst: Install) -> dict[str, Any]:
