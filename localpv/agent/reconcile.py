@@ -227,11 +227,12 @@ def plan(world: World) -> Plan:
         path = pv_host_path(pv)
         if path is not None:
             by_path.setdefault(path, pv)
+    volumes = _scanned_volumes(world)
     _track_usage(world, journal, out)
-    _follow_volumes(world, journal, by_path, out)
+    _follow_volumes(world, journal, by_path, volumes, out)
     _plan_deletions(world, journal, out)
     _plan_orphans(world, journal, by_path, out)
-    _plan_discovery(world, journal, by_path, out)
+    _plan_discovery(world, journal, by_path, volumes, out)
     return out
 
 
@@ -366,8 +367,8 @@ def _scanned_volumes(world: World) -> dict[str, _Volume]:
             continue
         for entry in scan:
             if entry.kind in (EntryKind.MOUNTPOINT, EntryKind.BLOCK) and cls.name_pattern.matches(entry.name):
-                found.setdefault(f"{cls.host_dir.rstrip('/')}/{entry.name}", _Volume(
-                    f"{cls.host_dir.rstrip('/')}/{entry.name}", cls, entry))
+                host_path = f"{cls.host_dir.rstrip('/')}/{entry.name}"
+                found.setdefault(host_path, _Volume(host_path, cls, entry))
     return found
 
 
@@ -384,7 +385,8 @@ DIRTY = (USED, CLEANING)
 
 
 def _follow_volumes(
-    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], out: Plan
+    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], volumes: Mapping[str, _Volume],
+    out: Plan,
 ) -> None:
     """Keep each record attached to its volume, whatever path names it now.
 
@@ -396,7 +398,6 @@ def _follow_volumes(
     renamed) follows its volume to the one path that now shows the same identity, so the
     cleanup carries on there instead of the volume being offered dirty under a new name.
     """
-    volumes = _scanned_volumes(world)
     by_ident = _by_ident(volumes)
     for path, record in sorted(journal.items()):
         here = volumes.get(path)
@@ -602,11 +603,12 @@ def _plan_orphans(
 
 
 def _plan_discovery(
-    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], out: Plan
+    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], volumes: Mapping[str, _Volume],
+    out: Plan,
 ) -> None:
     by_name = {str(pv_meta(pv).get("name")): pv for pv in world.pvs}
     claimed: set[str] = set(by_path)
-    owners = _ident_owners(world, journal, by_path)
+    owners = _ident_owners(journal, by_path, volumes)
     for cls_name in sorted(world.config.classes):
         cls = world.config.classes[cls_name]
         scan = world.scans.get(cls_name)
@@ -700,7 +702,9 @@ def _discover_entry(
     out.capacity[mode] += round_capacity(entry.capacity)
 
 
-def _ident_owners(world: World, journal: Mapping[str, JournalEntry], by_path: Mapping[str, Obj]) -> dict[str, str]:
+def _ident_owners(
+    journal: Mapping[str, JournalEntry], by_path: Mapping[str, Obj], visible: Mapping[str, _Volume]
+) -> dict[str, str]:
     """Identity -> the path under which the journal holds that volume.
 
     Another spelling of such a volume must not get a PV of its own: while it may hold
@@ -709,7 +713,6 @@ def _ident_owners(world: World, journal: Mapping[str, JournalEntry], by_path: Ma
     path names nothing now (the volume was unmounted) owns its identity only while it
     may hold data: an anonymous device number (tmpfs) is reused by unrelated mounts.
     """
-    visible = _scanned_volumes(world)
     owners: dict[str, str] = {}
     for path, record in sorted(journal.items()):
         if not record.ident or record.state == CLEAN:
