@@ -781,13 +781,16 @@ def demo(volumes: int, timeout: float, simulate_mounts: bool) -> None:
     Real tmpfs mounts when run as root, simulated mount points otherwise. Exits 0 when
     every step happened and the tenant's data was really wiped.
     """
-    from localpv.demo import Demo, DemoFailed
+    from localpv.demo import Demo, DemoFailed, DemoStopped
 
     try:
         Demo(sys.stdout, volumes=volumes, timeout=timeout, simulate=simulate_mounts).run()
     except DemoFailed as err:
         click.echo(f"demo failed: {err}", err=True)
         sys.exit(1)
+    except DemoStopped as stopped:
+        click.echo(f"demo stopped by {stopped}; its volumes were unmounted and removed", err=True)
+        sys.exit(128 + stopped.signum)
 
 
 def _octal_mode(ctx: click.Context, param: click.Parameter, value: str) -> int:

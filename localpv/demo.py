@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -43,6 +44,22 @@ class DemoFailed(Exception):
     """A lifecycle step did not happen in time."""
 
 
+class DemoStopped(Exception):
+    """SIGTERM or SIGHUP arrived: raised in the main thread so that ``run()``'s cleanup
+    unmounts the volumes (the default action would kill the process and leave them)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum: int, frame: object) -> None:
+    # One stop is enough: a second signal must not interrupt the cleanup it starts.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    raise DemoStopped(signum)
+
+
 class Demo:
     """One run of the demo; ``run()`` returns normally only when every step succeeded."""
 
@@ -52,9 +69,9 @@ class Demo:
         self.timeout = timeout
         self.real_mounts = os.geteuid() == 0 and not simulate
         self.started = time.monotonic()
-        self.workdir = Path(tempfile.mkdtemp(prefix="localpv-demo-"))
+        # Resolved: the mount table names mounts by their real path (TMPDIR may be a symlink).
+        self.workdir = Path(os.path.realpath(tempfile.mkdtemp(prefix="localpv-demo-")))
         self.discovery = self.workdir / "discovery"
-        self.mounted: list[Path] = []
 
     # ------------------------------------------------------------------ output
 
@@ -93,23 +110,43 @@ class Demo:
             if self.real_mounts:
                 subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={16 * i}m", "localpv-demo", str(target)],
                                check=True)
-                self.mounted.append(target)
         if self.real_mounts:
             self.say("host", f"mounted {self.volumes} real tmpfs volumes under {self.discovery}")
+            self.say("", f"the agent finds them there (mountDir); PVs name them by hostDir {HOST_DIR},")
+            self.say("", "the path on the node, as an agent in a container sees the host's disks")
             return mount_points
         why = "NOT ROOT" if os.geteuid() != 0 else "--simulate-mounts"
         self.say("host", f"{why}: plain directories, SIMULATED as mount points (run as root for real tmpfs)")
+        self.say("", f"the agent looks in {self.discovery} (mountDir); PVs name them by hostDir {HOST_DIR}")
         simulated = frozenset(str(self.discovery / f"vol{i}") for i in range(1, self.volumes + 1))
         return lambda: mount_points() | simulated
 
     def cleanup(self) -> None:
-        for target in reversed(self.mounted):
-            subprocess.run(["umount", str(target)], check=False)
+        """Unmount whatever is mounted under the work dir, deepest first, then remove it.
+
+        The mount table is the truth, not a list kept while mounting: a signal can land
+        between a ``mount`` that succeeded and the line that would have recorded it."""
+        root = str(self.workdir) + "/"
+        for target in sorted((m for m in mount_points() if m.startswith(root)), key=len, reverse=True):
+            subprocess.run(["umount", target], check=False)
+        if any(m.startswith(root) for m in mount_points()):
+            self.out.write(f"warning: could not unmount everything under {self.workdir}; it is left in place\n")
+            return
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ------------------------------------------------------------------ the story
 
     def run(self) -> None:
+        """Walk the story; the volumes are unmounted and the work dir removed however it
+        ends: success, a failed step, Ctrl-C, SIGTERM or SIGHUP."""
+        previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        try:
+            self._run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run(self) -> None:
         from localpv.testing.apiserver import ApiServer
 
         server = ApiServer(binder=True)

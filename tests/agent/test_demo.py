@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from tests.conftest import wait_for
 
 STEPS = ("1. discovered", "2. claim bound", "3. tenant writes data", "4. claim deleted",
          "5. cleaned and offered again", "done")
@@ -31,3 +36,34 @@ def test_demo_with_simulated_mounts_says_so() -> None:
     assert "SIMULATED" in proc.stdout
     for step in STEPS:
         assert step in proc.stdout
+
+
+def _demo_mounts() -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if "/localpv-demo-" in line.split()[4]]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_demo_stopped_by_a_signal_leaves_no_mounts(tmp_path: Path, sig: signal.Signals) -> None:
+    """Ctrl-C cleaned up but SIGTERM (what `timeout`, systemd and kubectl send) left the
+    tmpfs mounts behind: every way the demo ends unmounts what it mounted."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "localpv", "demo", "--volumes", "50", "--timeout", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for(lambda: any(m.startswith(str(tmp_path)) for m in _demo_mounts()), timeout=30,
+                 what="the demo's first tmpfs mount")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + sig, err
+    assert f"stopped by {sig.name}" in err
+    leftover = [m for m in _demo_mounts() if m.startswith(str(tmp_path))]
+    for m in leftover:
+        subprocess.run(["umount", m], check=False)
+    assert leftover == []
+    assert list(tmp_path.iterdir()) == [], "the demo's work dir is removed"
