@@ -343,6 +343,10 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
     ctx.exit()
 
 
+_DAEMONS = frozenset({"agent", "nfs", "node-cleanup"})
+"""Subcommands that run until stopped (the chart's containers)."""
+
+
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "LOCALPV"})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               allow_from_autoenv=False, help="Print the version and exit.")
@@ -354,7 +358,12 @@ def cli(ctx: click.Context, verbose: int, log_level: str | None) -> None:
     """Kubernetes storage provisioner for node-local volumes and NFS subdirectories."""
     from localpv.logs import setup_logging
 
-    level = ("warning", "info", "debug").index(log_level.lower()) if log_level else 0
+    if log_level:
+        level = ("warning", "info", "debug").index(log_level.lower())
+    else:
+        # A healthy daemon that prints nothing leaves `kubectl logs` empty: the long-running
+        # commands log at info unless told otherwise; one-shot commands stay quiet.
+        level = 1 if ctx.invoked_subcommand in _DAEMONS else 0
     setup_logging(max(verbose, level))
     ctx.ensure_object(dict)
 

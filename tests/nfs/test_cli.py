@@ -66,6 +66,8 @@ def test_runs_from_upstream_env_vars_serves_metrics_and_stops_cleanly_on_sigterm
     assert proc.returncode == 0, err
     lease = apiserver.get("coordination.k8s.io/v1", "Lease", lock_name(PROVISIONER), "kube-system")
     assert lease is not None and lease["spec"]["holderIdentity"] == ""  # handed over on the way out
+    # a daemon logs at info by default: `kubectl logs` of a working provisioner is not empty
+    assert " INFO localpv." in err, err
 
 
 @pytest.mark.usefixtures("clean_env")
