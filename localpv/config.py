@@ -24,6 +24,7 @@ import difflib
 import os
 import posixpath
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,15 +277,35 @@ def parse_go_duration(text: str) -> float:
 
 
 def format_go_duration(seconds: float) -> str:
-    """Inverse of :func:`parse_go_duration` for whole seconds (``300`` → ``5m0s``)."""
-    whole = int(seconds)
+    """Inverse of :func:`parse_go_duration`, spelled as Go's ``Duration.String`` spells it
+    (``300`` → ``5m0s``, ``0.5`` → ``500ms``, ``90.25`` → ``1m30.25s``), so that a value read
+    from an upstream ConfigMap is printed back the way its author would write it."""
+    nanos = round(seconds * 1e9)
+    sign, nanos = ("-", -nanos) if nanos < 0 else ("", nanos)
+    if nanos == 0:
+        return "0s"
+    if nanos < 1_000_000_000:
+        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
+            if nanos >= size:
+                return sign + _decimal(nanos, size) + unit
+    whole, frac = divmod(nanos, 1_000_000_000)
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
+    text = _decimal(secs * 1_000_000_000 + frac, 1_000_000_000) + "s"
+    if hours or minutes:
+        text = f"{minutes}m" + text
     if hours:
-        return f"{hours}h{minutes}m{secs}s"
-    if minutes:
-        return f"{minutes}m{secs}s"
-    return f"{secs}s"
+        text = f"{hours}h" + text
+    return sign + text
+
+
+def _decimal(value: int, unit: int) -> str:
+    """``value / unit`` as a decimal without trailing zeros (exact: no float rounding)."""
+    whole, frac = divmod(value, unit)
+    if not frac:
+        return str(whole)
+    digits = len(str(unit)) - 1
+    return f"{whole}." + f"{frac:0{digits}d}".rstrip("0")
 
 
 def _as_duration(value: Any, path: str, problems: _Problems) -> float | None:
@@ -830,6 +851,35 @@ def _load_yaml(text: str, path: str, *, key: str | None = None) -> Any:
     return doc
 
 
+MAX_CONFIG_BYTES = 8 << 20
+"""Largest configuration file read: a ConfigMap holds at most 1 MiB, and `helm template`
+output with one in it stays well under this. The bound keeps `config check /dev/zero` (or a
+log file named by mistake) from reading without end."""
+
+
+class _NotAConfigFile(Exception):
+    """A path that cannot hold a configuration: not a regular file, or far too large."""
+
+
+def _read_text(path: Path) -> str:
+    """A configuration file's text, refusing devices, FIFOs and sockets (reading them blocks
+    or never ends) and anything larger than :data:`MAX_CONFIG_BYTES`."""
+    st = path.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise _NotAConfigFile(f"expected a regular file, found {_file_kind(st.st_mode)}")
+    with path.open("rb") as f:
+        raw = f.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise _NotAConfigFile(f"expected at most {MAX_CONFIG_BYTES >> 20} MiB, found a larger file")
+    return raw.decode("utf-8")
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
 def read_config_data(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read raw key/value data from a mounted ConfigMap directory or a YAML file."""
     p = Path(path)
@@ -842,9 +892,9 @@ def read_config_data(path: str | os.PathLike[str]) -> dict[str, Any]:
                 continue
             # Every file is read, so that all the problems of a mounted ConfigMap are said at once.
             try:
-                text = child.read_text(encoding="utf-8")
+                text = _read_text(child)
                 data[child.name] = _load_yaml(text, child.name, key=child.name)
-            except (OSError, UnicodeDecodeError) as err:
+            except (OSError, UnicodeDecodeError, _NotAConfigFile) as err:
                 errors.append(f"{child.name}: cannot read {child}: {err}")
             except ConfigError as err:
                 errors += err.problems
@@ -852,8 +902,8 @@ def read_config_data(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise ConfigError(errors)
         return data
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        text = _read_text(p)
+    except (OSError, UnicodeDecodeError, _NotAConfigFile) as err:
         raise ConfigError([f"{p}: cannot read configuration: {err}"]) from err
     doc = _pick_config_map(text, p) if _has_several_documents(text) else _load_yaml(text, str(p))
     if doc is None:

@@ -14,6 +14,7 @@ from localpv.config import (
     ProvisionerConfig,
     RuntimeEnv,
     config_to_data,
+    format_go_duration,
     load_config,
     parse_config,
     parse_go_duration,
@@ -189,6 +190,14 @@ def test_selector_terms_are_kept() -> None:
 @pytest.mark.parametrize(("text", "seconds"), [("5m0s", 300), ("1h30m", 5400), ("250ms", 0.25), ("90s", 90),
                                                 ("1.5h", 5400), ("0", 0)])
 def test_go_durations(text: str, seconds: float) -> None:
+    assert parse_go_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(300, "5m0s"), (0.5, "500ms"), (90.25, "1m30.25s"), (0, "0s"),
+                                                (3600, "1h0m0s"), (1.5, "1.5s"), (1.5e-6, "1.5µs"), (2e-9, "2ns")])
+def test_go_durations_are_printed_as_go_prints_them(seconds: float, text: str) -> None:
+    """Go's Duration.String; half a second printed "0s" before."""
+    assert format_go_duration(seconds) == text
     assert parse_go_duration(text) == pytest.approx(seconds)
 
 

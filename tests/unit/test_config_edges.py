@@ -4,13 +4,16 @@ multi-document input, a cleaner that is not there."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from localpv.cli import cli
-from localpv.config import ConfigError, load_config, parse_config
+from localpv.config import MAX_CONFIG_BYTES, ConfigError, load_config, parse_config
 
 
 def _problems(data: dict[str, object]) -> list[str]:
@@ -217,3 +220,34 @@ def test_config_check_prints_the_cleaner_warning_and_exits_0(tmp_path: Path) -> 
     result = CliRunner().invoke(cli, ["config", "check", str(config)])
     assert result.exit_code == 0
     assert "warning: storageClassMap.b.blockCleanerCommand:" in result.stderr
+
+
+@pytest.mark.parametrize("kind, make", [
+    ("a character device", lambda tmp: Path("/dev/zero")),
+    ("a FIFO", lambda tmp: (os.mkfifo(tmp / "fifo"), tmp / "fifo")[1]),
+])
+def test_a_device_or_fifo_is_refused_not_read_without_end(tmp_path: Path, kind: str,
+                                                          make: Callable[[Path], Path]) -> None:
+    """`config check /dev/zero` read until memory ran out; a FIFO blocked for ever."""
+    path = make(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "localpv", "config", "check", str(path)],
+                            capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == f"error: {path}: cannot read configuration: expected a regular file, found {kind}"
+
+
+def test_a_config_far_larger_than_any_configmap_is_refused(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as f:
+        f.truncate(MAX_CONFIG_BYTES + 1)
+    with pytest.raises(ConfigError) as err:
+        load_config(big)
+    assert err.value.problems == [f"{big}: cannot read configuration: expected at most 8 MiB, found a larger file"]
+
+
+def test_a_fifo_inside_a_config_dir_is_reported_with_the_other_keys(tmp_path: Path) -> None:
+    (tmp_path / "storageClassMap").write_text("a: {hostDir: /mnt/d, mountDir: /mnt/d}\n")
+    os.mkfifo(tmp_path / "labelsForPV")
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path)
+    assert [p.split(":")[0] for p in err.value.problems] == ["labelsForPV"]
