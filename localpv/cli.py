@@ -246,6 +246,20 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
     return seconds
 
 
+def _url_path(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """An HTTP path: without its leading "/" no request would ever match it, and the metrics
+    would silently be served nowhere."""
+    if not value.startswith("/") or any(c.isspace() or c in "?#" for c in value):
+        raise _bad_parameter(ctx, param, value, f'expected a URL path starting with "/", such as /metrics, '
+                                                f"found {_quote(value)}")
+    return value
+
+
+METRICS_PATH_OPTION = click.option(
+    "--metrics-path", default="/metrics", show_default=True, callback=_url_path,
+    help="URL path of the Prometheus metrics.")
+
+
 # --------------------------------------------------------------------------- what commands check early
 
 
@@ -526,7 +540,7 @@ def _wait_for_signal() -> None:
 @KUBECONFIG_OPTION
 @click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
               help="Address for /metrics, /ready and /healthz.")
-@click.option("--metrics-path", default="/metrics", show_default=True, help="URL path of the Prometheus metrics.")
+@METRICS_PATH_OPTION
 @click.option("--discovery-period", default="10s", show_default=True, callback=_duration,
               help="Safety-net period between passes (events trigger passes at once).")
 @click.option("--config-sync-period", default="5s", show_default=True, callback=_duration,
@@ -930,7 +944,7 @@ def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: 
 @KUBECONFIG_OPTION
 @click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
               help="Address for /metrics, /ready and /healthz (empty disables).")
-@click.option("--metrics-path", default="/metrics", show_default=True, help="URL path of the Prometheus metrics.")
+@METRICS_PATH_OPTION
 @_kube_api_rate_options(CONTROLLER_RATE)
 def node_cleanup(storageclass_names: str, pvc_deletion_delay: float, stale_pv_discovery_interval: float,
                  resync: float, worker_threads: int, kubeconfig: str | None, listen_address: str,

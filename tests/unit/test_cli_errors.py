@@ -177,6 +177,15 @@ def test_a_bad_listen_address_is_one_line(command: str, address: str, word: str,
     assert word in assert_one_line_error(result, "--listen-address", address)
 
 
+@pytest.mark.parametrize("path", ["metrics", "/a b", "/metrics?x=1"])
+@pytest.mark.parametrize("command", ["agent", "node-cleanup"])
+def test_a_metrics_path_no_request_could_match_is_refused(command: str, path: str, tmp_path: Path,
+                                                          refused_kubeconfig: str) -> None:
+    """Without its leading "/" the metrics were served nowhere, and the agent said nothing."""
+    result = invoke(*command_args(command, tmp_path, refused_kubeconfig), "--metrics-path", path)
+    assert 'starting with "/"' in assert_one_line_error(result, "--metrics-path", path)
+
+
 @pytest.mark.parametrize("command", LISTEN_COMMANDS)
 def test_a_port_in_use_is_reported_before_anything_starts(command: str, tmp_path: Path, refused_kubeconfig: str,
                                                          busy_port: int) -> None:
