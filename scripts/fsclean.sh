@@ -16,7 +16,8 @@ dir=$(readlink -f -- "$LOCAL_PV_FILESYSTEM")
 while IFS= read -r target; do
   target=$(printf '%b' "$target")
   if [[ "$target" == "$dir"/* ]]; then
-    die "filesystem mounted at $target inside the volume; unmount it"
+    # The path below the volume is made of the tenant's directory names: not echoed.
+    die "a filesystem is mounted inside the volume; unmount it (findmnt -R $dir lists it)"
   fi
 done < <(findmnt --raw --noheadings --output TARGET)
 
