@@ -20,6 +20,9 @@ AGENT = "local_volume_provisioner"
 
 #: Cleanup durations run from seconds (rm of a few files) to hours (shred of a disk).
 CLEANUP_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, float("inf"))
+#: The ``mode`` and ``type`` label values of the cleanup counters (see agent/executor.py).
+CLEANUP_MODES = ("Filesystem", "Block")
+CLEANUP_KINDS = ("process", "job")
 
 
 class ApiRequestMetrics:
@@ -103,6 +106,12 @@ class AgentMetrics:
                                           ["trigger"], registry=r)
         self.cleanup_retries = Counter("localpv_cleanup_retries", "Cleanups that failed and were scheduled again.",
                                        ["mode", "type"], registry=r)
+        # Exported at 0 from the first scrape: a series born at 1 hides the first failure from
+        # increase() and rate(), and so from the alerts (helm/localpv/files/alerts.yaml).
+        for mode in CLEANUP_MODES:
+            for kind in CLEANUP_KINDS:
+                self.delete_failed.labels(mode, kind)
+                self.cleanup_retries.labels(mode, kind)
         self.thread_crashes = Counter("localpv_thread_crashes", "Background loops that crashed and were restarted.",
                                       ["thread"], registry=r)
         self.reconcile_failures = Counter("localpv_reconcile_failures",
