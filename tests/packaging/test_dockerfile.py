@@ -1,9 +1,11 @@
 """The Dockerfile provides what the chart and the agent rely on.
 
-There is no container engine here to build it, so it is parsed: the base image, the
-entrypoint the chart's ``args`` are given to, the cleaner scripts at upstream's /scripts,
-the tools those scripts call (each traced to its Debian package on this Debian machine),
-and the unprivileged default user that only the node-cleanup Deployment keeps.
+There is no container engine here to build it, so it is parsed: the base image (pinned by
+digest, the same for both stages), the build from the lock files into a venv that the final
+stage copies, the final stage free of pip and compilers, the entrypoint the chart's ``args``
+are given to, the cleaner scripts at upstream's /scripts, the tools those scripts call (each
+traced to its Debian package on this Debian machine), and the unprivileged default user that
+only the node-cleanup Deployment keeps. (.ci/e2e builds and runs the image for real.)
 """
 
 from __future__ import annotations
@@ -82,7 +84,9 @@ def apt_packages(instructions: list[Instruction]) -> set[str]:
                     if token in ("&&", ";", "||"):
                         break
                     if not token.startswith("-"):
-                        packages.add(token)
+                        packages.add(token.rstrip(";"))
+                    if token.endswith(";"):
+                        break
     return packages
 
 
@@ -91,9 +95,23 @@ def test_parser_joins_continuations_and_skips_comments() -> None:
     assert [(i.keyword, i.args) for i in parsed] == [("FROM", "a"), ("RUN", "one  two"), ("USER", "5")]
 
 
-def test_base_is_a_small_python_311_debian_image(instructions: list[Instruction]) -> None:
-    [base] = _all(instructions, "FROM")
-    assert re.fullmatch(r"python:3\.11-slim-bookworm", base.args)
+def final_stage(instructions: list[Instruction]) -> list[Instruction]:
+    """The instructions of the last stage: what the image is made of."""
+    last_from = max(i for i, ins in enumerate(instructions) if ins.keyword == "FROM")
+    return instructions[last_from:]
+
+
+def test_base_is_a_small_python_311_debian_image_pinned_by_digest(instructions: list[Instruction]) -> None:
+    # One ARG before the first FROM names the base; a local build overrides it with
+    # --build-arg BASE_IMAGE=python:3.11-slim-bookworm (a stand-in of that name).
+    assert instructions[0].keyword == "ARG"
+    name, _, default = instructions[0].args.partition("=")
+    assert name == "BASE_IMAGE"
+    assert re.fullmatch(r"docker\.io/library/python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", default), default
+    froms = _all(instructions, "FROM")
+    assert len(froms) == 2, "a builder stage and the final stage"
+    assert froms[0].args == "${BASE_IMAGE} AS builder"
+    assert froms[1].args == "${BASE_IMAGE}", "the venv's python links to the base's: both stages share it"
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == ">=3.11"
 
@@ -124,19 +142,49 @@ def test_scripts_are_installed_at_upstreams_path(instructions: list[Instruction]
     assert {"quick_reset.sh", "shred.sh", "dd_zero.sh", "blkdiscard.sh", "fsclean.sh", "common.sh"} <= shipped
 
 
-def test_the_package_is_installed_with_its_scripts(instructions: list[Instruction]) -> None:
-    copied = {tuple(i.args.split()) for i in _all(instructions, "COPY")}
+def test_the_package_is_built_and_installed_from_the_lock_files(instructions: list[Instruction]) -> None:
+    final = final_stage(instructions)
+    builder = instructions[:instructions.index(final[0])]
+    copied = {tuple(i.args.split()) for i in _all(builder, "COPY")}
     assert {("localpv", "/src/localpv"), ("scripts", "/src/scripts")} <= copied  # localpv/scripts links there
-    assert any(r.args.startswith("pip install --no-cache-dir /src") for r in _all(instructions, "RUN"))
+    assert ("requirements-build.lock", "requirements.lock", "/src/") in copied
+    runs = " ".join(r.args for r in _all(builder, "RUN"))
+    # Dependencies only from the hash-pinned lock, as wheels; the project alone, no index.
+    assert re.search(r"install --require-hashes --no-deps --only-binary :all: -r /src/requirements-build\.lock", runs)
+    assert re.search(r"install\s+--require-hashes --no-deps --only-binary :all: -r /src/requirements\.lock", runs)
+    assert "pip wheel --no-deps --no-build-isolation --wheel-dir /wheels /src" in runs
+    assert re.search(r"install --no-deps --no-index /wheels/localpv-\*\.whl", runs)
+    assert "venv --without-pip /opt/localpv" in runs, "the runtime venv must never hold pip"
+    # The final stage takes the venv and nothing else from the builder.
+    assert [c.args for c in _all(final, "COPY") if c.args.startswith("--from")] == [
+        "--from=builder /opt/localpv /opt/localpv"]
+    [env] = [e for e in _all(final, "ENV") if "PATH=" in e.args]
+    assert re.search(r"\bPATH=/opt/localpv/bin:", env.args)
     ignored = (REPO / ".dockerignore").read_text().splitlines()
-    assert {"*", "!pyproject.toml", "!README.md", "!localpv/", "!scripts/"} <= set(ignored)
+    assert {"*", "!pyproject.toml", "!README.md", "!requirements.lock", "!requirements-build.lock", "!localpv/",
+            "!scripts/"} <= set(ignored)
+
+
+def test_the_final_stage_has_no_pip_and_no_compiler(instructions: list[Instruction]) -> None:
+    final = final_stage(instructions)
+    runs = " ".join(r.args for r in _all(final, "RUN"))
+    assert "pip install" not in runs and "pip wheel" not in runs
+    assert not apt_packages(final) & {"gcc", "cc", "g++", "clang", "make", "build-essential", "python3-pip",
+                                      "python3-dev", "libc6-dev"}
+    # pip, setuptools, wheel and ensurepip are removed from the base (its site directories and
+    # Debian's packages, for a Debian-built base), and the build fails if one is still importable.
+    assert "apt-get purge -y $pipdebs" in runs
+    for gone in ('"$d"/pip ', '"$d"/setuptools ', '"$d"/wheel ', '"$d"/pkg_resources ', "/usr/share/python-wheels",
+                 "/usr/local/bin/pip3 "):
+        assert gone in runs, gone
+    assert re.search(r"for m in pip setuptools wheel ensurepip; do .*exit 1", runs)
 
 
 def test_every_tool_the_scripts_call_is_installed(instructions: list[Instruction]) -> None:
     scripts = "\n".join(p.read_text() for p in SCRIPTS.glob("*.sh"))
     for tool in SCRIPT_TOOLS:
         assert re.search(rf"(^|[\s(]){re.escape(tool)}(\s|$)", scripts, re.M), f"{tool} is not used any more"
-    packages = apt_packages(instructions)
+    packages = apt_packages(final_stage(instructions))
     assert {"util-linux", "e2fsprogs", "coreutils", "bash"} <= packages
     if shutil.which("dpkg") is None:
         pytest.skip("dpkg is not available to trace tools to packages")
