@@ -1,0 +1,137 @@
+"""A strict, in-process emulator of kube-apiserver for tests and ``localpv demo``.
+
+Kubernetes cannot run where this project is built and tested, so the product's tests talk
+to this server instead, over real HTTP, with the real ``kubernetes`` client and ``kubectl``.
+A lenient fake would let bugs through that a cluster catches at once, so this one copies
+the server's contract where clients can observe it: one global resourceVersion, 409/410/422
+semantics and their ``metav1.Status`` bodies, list/watch with selectors, paging and resume,
+the status subresource, finalizers, preconditions, owner-reference garbage collection, and a
+PV binder standing in for kube-controller-manager (see :mod:`localpv.testing.binder`).
+
+For kubectl it also serves server-side tables (the columns of ``kubectl get``) and minimal
+OpenAPI documents: v3 for kubectl >= 1.29 and a protobuf v2 for older ones, carrying only
+what kubectl reads to let the server validate fields, which ``kubectl apply`` requires.
+
+Known simplifications (each documented where it is implemented):
+
+* storage is in memory; a list page past the first is served from a snapshot rebuilt from
+  the watch history (as etcd would serve it) and expires with that history, which keeps at
+  least ``history_limit`` of the most recent changes;
+* every kind gets ``metadata.generation`` (the real server sets it only for some);
+* server-side apply creates the object or strategically merges the applied configuration
+  into it; there is no field ownership, no removal of fields dropped from the configuration
+  and no apply conflicts;
+* strategic merge knows the merge keys of the fields this project touches (containers,
+  volumes, env, ports, conditions, finalizers, ownerReferences, ...); other lists replace;
+* pods are deleted at once (no kubelet to confirm graceful termination), deletecollection
+  deletes one by one, the two Event APIs are separate stores;
+* there is no authentication; authorization answers "allowed" unless a denial was added
+  with :meth:`ApiServer.deny`.
+
+The package has one module per concern: :mod:`.resources` (the table of served kinds),
+:mod:`.errors`, :mod:`.validation`, :mod:`.strategies` / :mod:`.workloads` /
+:mod:`.registry` (per-kind defaults and validation), :mod:`.patch`, :mod:`.store`
+(objects, resourceVersions, history), :mod:`.controllers` (garbage collector, Job
+completer), :mod:`.routing`, :mod:`.selection`, :mod:`.tables`, :mod:`.watch`,
+:mod:`.faults`, :mod:`.requestlog`, :mod:`.discovery`, :mod:`.dispatcher`,
+:mod:`.httpserver`, :mod:`.server` (the :class:`ApiServer` facade) and :mod:`.standalone`.
+Everything callers use is imported from the package itself.
+
+Usage: ``ApiServer().start()`` in tests, or
+``python -m localpv.testing.apiserver --port N --kubeconfig-out FILE [--binder] [--job-completer]``.
+"""
+
+from __future__ import annotations
+
+from localpv.testing.apiserver.controllers import ClusterView, GarbageCollector, JobCompleter, finish_job
+from localpv.testing.apiserver.dispatcher import Dispatcher
+from localpv.testing.apiserver.errors import ApiError
+from localpv.testing.apiserver.faults import FAULT_VERBS, Faults
+from localpv.testing.apiserver.patch import (
+    APPLY_PATCH,
+    JSON_PATCH,
+    MERGE_PATCH,
+    PATCH_TYPES,
+    STRATEGIC_PATCH,
+    decode_apply_body,
+    json_patch,
+    merge_patch,
+    strategic_merge,
+)
+from localpv.testing.apiserver.registry import STRATEGIES, strategy_for
+from localpv.testing.apiserver.requestlog import RequestInfo, RequestLog, RequestRecord
+from localpv.testing.apiserver.resources import (
+    ALL_VERBS,
+    KUBE_VERSION,
+    NAMESPACES,
+    RESOURCES,
+    STATUS_VERBS,
+    Obj,
+    ResourceType,
+    now_rfc3339,
+    resource_for,
+)
+from localpv.testing.apiserver.routing import HttpRequest, HttpResponse, Route, parse_route
+from localpv.testing.apiserver.selection import Selection, field_value, selectable_fields
+from localpv.testing.apiserver.server import ApiServer
+from localpv.testing.apiserver.standalone import main
+from localpv.testing.apiserver.store import Change, DeleteOptions, Store, encode_event
+from localpv.testing.apiserver.strategies import Strategy
+from localpv.testing.apiserver.tables import PRINTERS, human_duration, to_table
+from localpv.testing.apiserver.validation import FieldErrors, name_problems, validate_metadata
+from localpv.testing.apiserver.watch import WatchStream
+
+__all__ = [
+    "ALL_VERBS",
+    "APPLY_PATCH",
+    "FAULT_VERBS",
+    "JSON_PATCH",
+    "KUBE_VERSION",
+    "MERGE_PATCH",
+    "NAMESPACES",
+    "PATCH_TYPES",
+    "PRINTERS",
+    "RESOURCES",
+    "STATUS_VERBS",
+    "STRATEGIC_PATCH",
+    "STRATEGIES",
+    "ApiError",
+    "ApiServer",
+    "Change",
+    "ClusterView",
+    "DeleteOptions",
+    "Dispatcher",
+    "Faults",
+    "FieldErrors",
+    "GarbageCollector",
+    "HttpRequest",
+    "HttpResponse",
+    "JobCompleter",
+    "Obj",
+    "RequestInfo",
+    "RequestLog",
+    "RequestRecord",
+    "ResourceType",
+    "Route",
+    "Selection",
+    "Store",
+    "Strategy",
+    "WatchStream",
+    "decode_apply_body",
+    "encode_event",
+    "field_value",
+    "finish_job",
+    "human_duration",
+    "json_patch",
+    "main",
+    "merge_patch",
+    "name_problems",
+    "now_rfc3339",
+    "parse_route",
+    "resource_for",
+    "selectable_fields",
+    "strategic_merge",
+    "strategy_for",
+    "to_table",
+    "validate_metadata",
+]
