@@ -41,6 +41,13 @@ RUN python3 -m venv --without-pip /opt/localpv \
  && /opt/build/bin/pip --python /opt/localpv/bin/python install --no-deps --no-index /wheels/localpv-*.whl \
  && /opt/build/bin/pip --python /opt/localpv/bin/python check
 
+# kubernetes (37) ships an asyncio client, kubernetes/aio (~68 MB with its bytecode), beside
+# the synchronous one; nothing outside it imports it, and localpv uses only the synchronous
+# client (tests/packaging/test_dockerfile.py checks), so the image goes without it.
+RUN site=$(/opt/localpv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))') \
+ && rm -rf "$site/kubernetes/aio" \
+ && /opt/localpv/bin/python -c 'import kubernetes, kubernetes.client, kubernetes.config, localpv.cli'
+
 FROM ${BASE_IMAGE}
 
 # Tools the cleaner scripts call: mkfs/wipefs/blkdiscard/ionice/findmnt (util-linux), mkfs.ext4

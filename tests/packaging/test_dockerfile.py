@@ -10,6 +10,7 @@ only the node-cleanup Deployment keeps. (.ci/e2e builds and runs the image for r
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
@@ -209,3 +210,31 @@ def test_default_user_is_unprivileged_and_the_chart_knows_which_uid(instructions
     values = yaml.safe_load((REPO / "helm" / "localpv" / "values.yaml").read_text())
     assert values["nodeCleanup"]["securityContext"]["runAsUser"] == int(uid)
     assert values["nodeCleanup"]["securityContext"]["runAsNonRoot"] is True
+
+
+def kubernetes_aio_imports(source: str) -> list[int]:
+    """Lines of ``source`` that import kubernetes' asyncio client (kubernetes.aio)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            if any(a.name == "kubernetes.aio" or a.name.startswith("kubernetes.aio.") for a in node.names):
+                found.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            whole = node.module == "kubernetes.aio" or node.module.startswith("kubernetes.aio.")
+            if whole or (node.module == "kubernetes" and any(a.name == "aio" for a in node.names)):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("kubernetes.aio"):
+            found.append(node.lineno)  # importlib.import_module("kubernetes.aio...")
+    return found
+
+
+def test_the_image_can_go_without_kubernetes_asyncio_client(instructions: list[Instruction]) -> None:
+    runs = " ".join(r.args for r in _all(instructions, "RUN"))
+    assert 'rm -rf "$site/kubernetes/aio"' in runs
+    uses = {str(p.relative_to(REPO)): lines for p in (REPO / "localpv").rglob("*.py")
+            if (lines := kubernetes_aio_imports(p.read_text()))}
+    assert uses == {}, f"localpv imports kubernetes.aio, which the image leaves out: {uses}"
+    for bad in ("import kubernetes.aio", "from kubernetes import client, aio", "from kubernetes.aio.client import X",
+                "import importlib\nimportlib.import_module('kubernetes.aio')"):
+        assert kubernetes_aio_imports(bad), bad
+    assert not kubernetes_aio_imports("from kubernetes import client, config\nimport kubernetes.client")
