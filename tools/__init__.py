@@ -1,0 +1,1 @@
+"""Maintainer tools (documentation generators); not part of the installed package."""
