@@ -1,0 +1,184 @@
+"""The chart's PrometheusRule and Grafana dashboard ConfigMap, installed with real Helm into
+the API emulator: absent by default, and when enabled exactly the shipped files (the
+rules with the per-alert overrides of values.yaml applied).
+
+The emulator serves ServiceMonitor but not PrometheusRule yet, and Helm refuses a kind the
+server does not serve. Until it does, the chart is installed from a copy whose rule template
+says ``kind: ServiceMonitor`` (a CRD the emulator stores as sent) instead of
+``kind: PrometheusRule``; everything else in the copy is the chart's, and a test checks that
+this one line is the only difference.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localpv.testing.apiserver import resource_for
+from tests.alerts.shipped import ALERTS, DASHBOARD, alert_rules, with_overrides
+from tests.helm import chart
+from tests.helm.chart import CHART, NAMESPACE, RELEASE, Install, installed, run_helm
+
+Obj = dict[str, Any]
+RULE_TEMPLATE = Path("templates") / "prometheusrule.yaml"
+RULE_KIND = "kind: PrometheusRule"
+FULLNAME = f"{RELEASE}-localpv"
+
+try:
+    resource_for("monitoring.coreos.com/v1", "PrometheusRule")
+    EMULATOR_SERVES_RULES = True
+except KeyError:
+    EMULATOR_SERVES_RULES = False
+STAND_IN_KIND = "PrometheusRule" if EMULATOR_SERVES_RULES else "ServiceMonitor"
+
+TUNED_RULES = {"LocalPVCleanupFailing": {"for": "1m", "severity": "critical"},
+               "LocalPVApiErrors": {"enabled": False},
+               "LocalPVAgentDown": {"expr": 'up{job="my-localpv"} == 0'}}
+SCENARIOS: dict[str, Obj] = {
+    "defaults": {},
+    "enabled": {"prometheusRule": {"enabled": True}, "grafanaDashboard": {"enabled": True}},
+    "tuned": {
+        "prometheusRule": {"enabled": True, "namespace": "kube-system", "labels": {"release": "kube-prometheus"},
+                           "additionalRuleLabels": {"team": "storage", "severity": "none"},
+                           "runbookBaseUrl": "https://example.org/localpv/blob/v0.1.0/", "rules": TUNED_RULES},
+        "grafanaDashboard": {"enabled": True, "namespace": "default", "labels": {"grafana_dashboard": None,
+                                                                                 "dashboards": "storage"},
+                             "annotations": {"grafana_folder": "Storage"}}},
+    # an NFS-only release still gets both: the rules cover every localpv process
+    "nfs-only": {"nfs": {"server": "nfs.example.com"}, "prometheusRule": {"enabled": True},
+                 "grafanaDashboard": {"enabled": True}},
+    "unknown-alert": {"prometheusRule": {"enabled": True, "rules": {"LocalPVCleanupFailed": {"for": "1m"}}}},
+    "bad-for": {"prometheusRule": {"enabled": True, "rules": {"LocalPVCleanupFailing": {"for": "an hour"}}}},
+    "bad-override-key": {"prometheusRule": {"enabled": True, "rules": {"LocalPVCleanupFailing": {"fro": "1m"}}}},
+}
+
+
+def chart_copy(tmp: Path) -> Path:
+    """The chart as installed here: itself, or with the stand-in kind (see the docstring)."""
+    if EMULATOR_SERVES_RULES:
+        return CHART
+    copy = tmp / "localpv"
+    shutil.copytree(CHART, copy)
+    template = copy / RULE_TEMPLATE
+    text = template.read_text()
+    assert text.count(RULE_KIND) == 1
+    template.write_text(text.replace(RULE_KIND, f"kind: {STAND_IN_KIND}"))
+    return copy
+
+
+@pytest.fixture(scope="module")
+def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
+    workdir = tmp_path_factory.mktemp("helm")
+    done = {name: Install(values) for name, values in SCENARIOS.items()}
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(chart, "CHART", chart_copy(workdir))
+            run_helm(helm_python, list(done.values()), workdir)
+        yield done
+    finally:
+        for inst in done.values():
+            inst.server.stop()
+
+
+def rule_object(inst: Install) -> Obj:
+    [rule] = [o for o in inst.rendered(STAND_IN_KIND) if o["metadata"]["name"] == FULLNAME]
+    stored = inst.server.get("monitoring.coreos.com/v1", STAND_IN_KIND, FULLNAME, rule["metadata"]["namespace"])
+    assert stored is not None and stored["spec"] == rule["spec"], "the emulator stored what Helm rendered"
+    return rule
+
+
+def dashboard_configmap(inst: Install) -> Obj:
+    [cm] = inst.rendered("ConfigMap", f"{FULLNAME}-dashboard")
+    return cm
+
+
+def test_the_stand_in_differs_from_the_chart_only_in_the_kind(tmp_path: Path) -> None:
+    copy = chart_copy(tmp_path)
+    if copy == CHART:
+        pytest.skip("the emulator serves PrometheusRule: the chart itself is installed")
+    ours, theirs = (CHART / RULE_TEMPLATE).read_text(), (copy / RULE_TEMPLATE).read_text()
+    assert ours.replace(RULE_KIND, "kind: ServiceMonitor") == theirs
+    for path in CHART.rglob("*"):
+        if path.is_file() and path.relative_to(CHART) != RULE_TEMPLATE:
+            assert path.read_bytes() == (copy / path.relative_to(CHART)).read_bytes(), path
+
+
+def test_nothing_is_rendered_by_default(installs: dict[str, Install]) -> None:
+    inst = installed(installs, "defaults")
+    assert inst.rendered("PrometheusRule") == [] and inst.rendered("ServiceMonitor") == []
+    assert inst.rendered("ConfigMap", f"{FULLNAME}-dashboard") == []
+
+
+def test_the_rule_holds_the_shipped_groups_as_they_are(installs: dict[str, Install]) -> None:
+    rule = rule_object(installed(installs, "enabled"))
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["namespace"] == NAMESPACE
+    assert rule["metadata"]["labels"]["app.kubernetes.io/component"] == "monitoring"
+    assert rule["spec"]["groups"] == alert_rules()["groups"]
+
+
+def test_the_rule_template_says_prometheusrule() -> None:
+    assert RULE_KIND in (CHART / RULE_TEMPLATE).read_text()
+    assert '.Files.Get "files/alerts.yaml"' in (CHART / RULE_TEMPLATE).read_text()
+    assert ALERTS.parent == CHART / "files"
+
+
+def test_values_tune_the_rule_as_documented(installs: dict[str, Install]) -> None:
+    rule = rule_object(installed(installs, "tuned"))
+    assert rule["metadata"]["namespace"] == "kube-system"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus"
+    expected = with_overrides(alert_rules(), TUNED_RULES, runbook_base_url="https://example.org/localpv/blob/v0.1.0/",
+                              additional_rule_labels={"team": "storage", "severity": "none"})
+    assert rule["spec"]["groups"] == expected
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert "LocalPVApiErrors" not in rules
+    assert rules["LocalPVCleanupFailing"]["for"] == "1m"
+    assert rules["LocalPVCleanupFailing"]["labels"] == {"severity": "critical", "team": "storage"}
+    assert rules["LocalPVHungStorage"]["labels"] == {"severity": "warning", "team": "storage"}
+    assert rules["LocalPVAgentDown"]["expr"] == 'up{job="my-localpv"} == 0'
+    assert rules["LocalPVHungStorage"]["annotations"]["runbook_url"] == (
+        "https://example.org/localpv/blob/v0.1.0/docs/operations.md#hung-storage")
+
+
+def test_the_dashboard_configmap_holds_the_shipped_json(installs: dict[str, Install]) -> None:
+    inst = installed(installs, "enabled")
+    cm = dashboard_configmap(inst)
+    assert cm["metadata"]["namespace"] == NAMESPACE
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert list(cm["data"]) == ["localpv.json"]
+    assert cm["data"]["localpv.json"] == DASHBOARD.read_text().rstrip("\n")
+    assert json.loads(cm["data"]["localpv.json"])["uid"] == "localpv"
+    stored = inst.server.get("v1", "ConfigMap", f"{FULLNAME}-dashboard", NAMESPACE)
+    assert stored is not None and stored["data"] == cm["data"]
+
+
+def test_values_place_and_label_the_dashboard(installs: dict[str, Install]) -> None:
+    cm = dashboard_configmap(installed(installs, "tuned"))
+    assert cm["metadata"]["namespace"] == "default"
+    assert "grafana_dashboard" not in cm["metadata"]["labels"]
+    assert cm["metadata"]["labels"]["dashboards"] == "storage"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Storage"}
+
+
+def test_an_nfs_only_release_gets_the_rule_and_the_dashboard(installs: dict[str, Install]) -> None:
+    inst = installed(installs, "nfs-only")
+    assert rule_object(inst)["spec"]["groups"] == alert_rules()["groups"]
+    assert dashboard_configmap(inst)["data"]["localpv.json"] == DASHBOARD.read_text().rstrip("\n")
+
+
+@pytest.mark.parametrize(("scenario", "words"), [
+    ("unknown-alert", ["LocalPVCleanupFailed", "no such alert", "LocalPVCleanupFailing"]),
+    ("bad-for", ["for"]),
+    ("bad-override-key", ["fro"]),
+])
+def test_wrong_overrides_are_refused_with_the_reason(installs: dict[str, Install], scenario: str,
+                                                     words: list[str]) -> None:
+    error = installs[scenario].error
+    assert error is not None, f"{scenario} installed"
+    for word in words:
+        assert word in error, f"{scenario}: {word!r} not in {error}"
