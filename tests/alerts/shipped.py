@@ -119,7 +119,7 @@ def exported_metric_names() -> frozenset[str]:
     agent.watch_stuck(lambda: 0.0, lambda: 0.0)
     agent.watch_proctable(lambda: {})
     registries: list[CollectorRegistry] = [agent.registry, NfsMetrics().registry, NodeCleanupMetrics().registry]
-    names = set()
+    names: set[str] = set()
     for registry in registries:
         for family in registry.collect():
             names.update(family.name + suffix for suffix in _SUFFIXES[family.type])

@@ -36,7 +36,7 @@ except KeyError:
     EMULATOR_SERVES_RULES = False
 STAND_IN_KIND = "PrometheusRule" if EMULATOR_SERVES_RULES else "ServiceMonitor"
 
-TUNED_RULES = {"LocalPVCleanupFailing": {"for": "1m", "severity": "critical"},
+TUNED_RULES: dict[str, Obj] = {"LocalPVCleanupFailing": {"for": "1m", "severity": "critical"},
                "LocalPVApiErrors": {"enabled": False},
                "LocalPVAgentDown": {"expr": 'up{job="my-localpv"} == 0'}}
 SCENARIOS: dict[str, Obj] = {

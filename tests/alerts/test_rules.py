@@ -74,7 +74,8 @@ def test_the_unit_tests_fail_when_a_threshold_moves(promtool: str, tmp_path: Pat
 def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
     tests = yaml.safe_load(UNIT_TESTS.read_text())
     assert tests["rule_files"] == ["../../helm/localpv/files/alerts.yaml"], "the unit tests must test the shipped file"
-    firing, quiet = set(), set()
+    firing: set[str] = set()
+    quiet: set[str] = set()
     for case in tests["tests"]:
         for check in case["alert_rule_test"]:
             (firing if check.get("exp_alerts") else quiet).add(check["alertname"])
