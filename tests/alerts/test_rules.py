@@ -4,6 +4,7 @@ localpv exports, and carries what Alertmanager and an operator need."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -137,3 +138,20 @@ def test_with_overrides_keeps_the_shipped_groups_when_nothing_is_overridden() ->
     [rule] = [r for g in tuned for r in g["rules"] if r["alert"] == "LocalPVCleanupFailing"]
     assert rule["for"] == "1s" and rule["labels"] == {"severity": "critical", "t": "s"}
     assert rule["annotations"]["runbook_url"].startswith("https://example.org/docs/operations.md#")
+
+
+def test_docs_alerts_md_lists_every_alert_as_shipped() -> None:
+    """docs/alerts.md's table: each alert with its severity, expression, `for` and runbook."""
+    text = (ALERTS.parents[3] / "docs" / "alerts.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| `LocalPV"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            rows[cells[0].strip("`")] = cells
+    assert set(rows) == {rule["alert"] for rule in alerts()}
+    for rule in alerts():
+        name, severity, _, expr, for_, runbook = rows[rule["alert"]]
+        assert severity == rule["labels"]["severity"], name
+        assert expr.strip("`").replace("\\|", "|") == " ".join(rule["expr"].split()), name
+        assert for_ == rule["for"], name
+        assert runbook == f"`#{rule['annotations']['runbook_url'].split('#', 1)[1]}`", name
