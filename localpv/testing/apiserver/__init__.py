@@ -5,8 +5,9 @@ to this server instead, over real HTTP, with the real ``kubernetes`` client and 
 A lenient fake would let bugs through that a cluster catches at once, so this one copies
 the server's contract where clients can observe it: one global resourceVersion, 409/410/422
 semantics and their ``metav1.Status`` bodies, list/watch with selectors, paging and resume,
-the status subresource, finalizers, preconditions, owner-reference garbage collection, and a
-PV binder standing in for kube-controller-manager (see :mod:`localpv.testing.binder`).
+the status subresource, finalizers, preconditions, owner-reference garbage collection,
+unknown fields dropped on every write (see :mod:`.pruning`), and a PV binder standing in for
+kube-controller-manager (see :mod:`localpv.testing.binder`).
 
 For kubectl it also serves server-side tables (the columns of ``kubectl get``) and minimal
 OpenAPI documents: v3 for kubectl >= 1.29 and a protobuf v2 for older ones, carrying only
@@ -26,11 +27,14 @@ Known simplifications (each documented where it is implemented):
 * pods are deleted at once (no kubelet to confirm graceful termination), deletecollection
   deletes one by one, the two Event APIs are separate stores;
 * there is no authentication; authorization answers "allowed" unless a denial was added
-  with :meth:`ApiServer.deny`.
+  with :meth:`ApiServer.deny`;
+* ``fieldValidation`` is accepted and ignored: unknown fields are always dropped silently
+  (``Ignore``, the only behaviour of a 1.20 server), never refused (``Strict``, what kubectl
+  asks for) nor warned about.
 
 The package has one module per concern: :mod:`.resources` (the table of served kinds),
 :mod:`.errors`, :mod:`.validation`, :mod:`.strategies` / :mod:`.workloads` /
-:mod:`.registry` (per-kind defaults and validation), :mod:`.patch`, :mod:`.store`
+:mod:`.registry` (per-kind defaults and validation), :mod:`.pruning`, :mod:`.patch`, :mod:`.store`
 (objects, resourceVersions, history), :mod:`.controllers` (garbage collector, Job
 completer), :mod:`.routing`, :mod:`.selection`, :mod:`.tables`, :mod:`.watch`,
 :mod:`.faults`, :mod:`.requestlog`, :mod:`.discovery`, :mod:`.dispatcher`,

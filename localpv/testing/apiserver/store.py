@@ -23,6 +23,7 @@ from localpv.testing.apiserver.patch import (
     merge_patch,
     strategic_merge,
 )
+from localpv.testing.apiserver.pruning import prune
 from localpv.testing.apiserver.registry import strategy_for
 from localpv.testing.apiserver.resources import NAMESPACES, RESOURCES, Obj, ResourceType, now_rfc3339
 from localpv.testing.apiserver.validation import FieldErrors, validate_metadata
@@ -422,7 +423,8 @@ class Store:
 
     @staticmethod
     def _decoded(rt: ResourceType, body: Any) -> Obj:
-        """Check and default apiVersion/kind like the real decoder (400 on a mismatch)."""
+        """Check and default apiVersion/kind like the real decoder (400 on a mismatch); drop the
+        fields the kind does not know, as decoding into its Go type does (:mod:`.pruning`)."""
         if not isinstance(body, dict):
             raise ApiError.bad_request(f"the object provided is unrecognized (must be of type {rt.kind})")
         obj = copy.deepcopy(body)
@@ -433,6 +435,7 @@ class Store:
         if kind != rt.kind:
             raise ApiError.bad_request(f"the object provided is unrecognized (must be of type {rt.kind}): "
                                        f"kind {kind!r}")
+        prune(rt, obj)
         meta = obj.setdefault("metadata", {})
         if isinstance(meta, dict):
             for name in _OMITTED_WHEN_EMPTY:
