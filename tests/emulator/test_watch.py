@@ -3,6 +3,7 @@ selector transitions."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 from collections.abc import Callable
@@ -134,3 +135,42 @@ def test_watch_errors_before_streaming_are_plain_http_errors(core: client.CoreV1
     with pytest.raises(ApiException) as exc:
         core.list_persistent_volume(watch=True, field_selector="spec.nothing=1", _preload_content=False)
     assert exc.value.status == 400
+
+
+@pytest.mark.parametrize("end", ["drop", "timeout"])
+def test_a_watch_that_ends_cleanly_leaves_its_connection_usable(srv: ApiServer, end: str) -> None:
+    """kube-apiserver ends a watch (timeout, or its watch cache's restart) with the last chunk
+    and keeps the connection alive; the client pools it and sends its next request on it.
+    A server that closes the connection instead must announce it with ``Connection: close``,
+    or that next request meets a closed socket."""
+    srv.create(pv("pv-a"))
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=5)
+    try:
+        timeout = "&timeoutSeconds=1" if end == "timeout" else ""
+        conn.request("GET", f"/api/v1/persistentvolumes?watch=true{timeout}")
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("Transfer-Encoding") == "chunked"
+        assert json.loads(resp.readline())["type"] == "ADDED"
+        if end == "drop":
+            srv.faults.drop_watches()
+        assert resp.read() == b""  # up to the terminating chunk: a clean end
+        assert not resp.will_close, "a cleanly ended watch keeps the connection alive, as the real server does"
+        conn.request("GET", "/version")
+        again = conn.getresponse()
+        assert again.status == 200 and json.loads(again.read())["gitVersion"]
+    finally:
+        conn.close()
+
+
+def test_an_abruptly_cut_watch_closes_its_connection(srv: ApiServer) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=5)
+    try:
+        conn.request("GET", "/api/v1/persistentvolumes?watch=true")
+        resp = conn.getresponse()
+        srv.create(pv("pv-a"))
+        assert json.loads(resp.readline())["type"] == "ADDED"
+        srv.faults.drop_watches(abrupt=True)
+        with pytest.raises(http.client.IncompleteRead):  # no terminating chunk: the body is cut
+            resp.read()
+    finally:
+        conn.close()

@@ -122,7 +122,10 @@ class RequestHandler(BaseHTTPRequestHandler):
         self.wfile.write(response.body)
 
     def _stream(self, stream: WatchStream) -> None:
-        self.close_connection = True
+        """A watch as a chunked body. A clean end (timeoutSeconds, a dropped watch) sends the
+        last chunk and keeps the connection for the client's next request, as kube-apiserver
+        does: clients pool it. A cut (``drop_watches(abrupt=True)``, stop, restart) shuts the
+        socket mid-body, which the client sees as a broken stream."""
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -132,11 +135,12 @@ class RequestHandler(BaseHTTPRequestHandler):
             for line in stream.lines(self._client_alive):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
             if stream.abrupt():
+                self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
             else:
                 self.wfile.write(b"0\r\n\r\n")
         except OSError:
-            pass  # the client went away
+            self.close_connection = True  # the client went away
 
     def _client_alive(self) -> bool:
         """A watch client that closed its end is noticed without waiting for the next event."""
