@@ -69,6 +69,28 @@ class _CallbackGauges(Collector):
             yield GaugeMetricFamily(key, help_text, value=values.get(key, 0.0))
 
 
+class _VolumeGauges(Collector):
+    """``localpv_persistentvolumes`` and ``localpv_persistentvolume_released_seconds``."""
+
+    def __init__(self, read: Callable[[], tuple[dict[tuple[str, str], int], dict[str, float]]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Any]:
+        counts, released_for = self._read()
+        volumes = GaugeMetricFamily("localpv_persistentvolumes",
+                                    "This node's PVs (the agent's cache) by StorageClass and phase.",
+                                    labels=["class", "phase"])
+        for (cls, phase), count in sorted(counts.items()):
+            volumes.add_metric([cls, phase], count)
+        yield volumes
+        released = GaugeMetricFamily("localpv_persistentvolume_released_seconds",
+                                     "Seconds the longest-Released PV of the class has been Released, as seen "
+                                     "by this agent since it started (0: none is).", labels=["class"])
+        for cls, seconds in sorted(released_for.items()):
+            released.add_metric([cls], seconds)
+        yield released
+
+
 class AgentMetrics:
     """Everything the node agent exports."""
 
@@ -128,6 +150,11 @@ class AgentMetrics:
             "localpv_cleaners_lingering": "Cleaner processes not reaped yet (running, or killed but stuck on "
                                           "hung storage).",
         }))
+
+    def watch_volumes(self, read: Callable[[], tuple[dict[tuple[str, str], int], dict[str, float]]]) -> None:
+        """This node's PVs by class and phase, and how long the oldest Released one has
+        waited, read at scrape time (see :mod:`localpv.agent.phases`)."""
+        self.registry.register(_VolumeGauges(read))
 
     def watch_proctable(self, stats: Callable[[], dict[str, float]]) -> None:
         """Upstream's ProcTable gauges, read at scrape time."""

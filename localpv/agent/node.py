@@ -23,6 +23,7 @@ from localpv.agent.cleaning import cleaner_processes
 from localpv.agent.executor import Executor
 from localpv.agent.jobs import JobCleaner
 from localpv.agent.journal import Journal
+from localpv.agent.phases import ReleasedTracker
 from localpv.agent.proctable import DEFAULT_RETRY_BACKOFF, ProcTable
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
 from localpv.agent.reconcile import (
@@ -159,6 +160,8 @@ class NodeAgent:
                                on_done=self._cleanup_done)
         self.metrics.watch_proctable(self.procs.stats)
         self.metrics.watch_stuck(lambda: float(default_probes().stuck()), lambda: float(len(cleaner_processes())))
+        self._released = ReleasedTracker()
+        self.metrics.watch_volumes(self._volume_figures)
         self.cleaner_records = ProcessRecords(os.path.join(options.state_dir, "cleaners") if options.state_dir
                                               else None)
         self.pvs: Informer | None = None
@@ -356,6 +359,13 @@ class NodeAgent:
         problems += [f"{s.path}: {s.reason}" for s in plan_.skipped if s.error]
         return False, "discovererNotReady: " + "; ".join(problems[:5])
 
+    def _volume_figures(self) -> tuple[dict[tuple[str, str], int], dict[str, float]]:
+        """PV counts and Released ages for the metrics; also called by every pass, so that a
+        PV's Released time is noted even when nothing scrapes."""
+        figures = self._released.figures(self.pvs.list() if self.pvs else [], self.config.current.classes,
+                                         self.clock.monotonic())
+        return figures.counts, figures.released_for
+
     def status(self) -> dict[str, Any]:
         """What ``localpv status`` shows: every volume this agent knows, and why it is where it is."""
         pvs = {path: pv for pv in (self.pvs.list() if self.pvs else []) if (path := pv_host_path(pv))}
@@ -512,6 +522,7 @@ class NodeAgent:
             hung = sum(1 for s in result.skipped if s.cls == cls_name and HUNG_STORAGE in s.reason)
             hung += HUNG_STORAGE in result.class_errors.get(cls_name, "")
             self.metrics.hung_storage.labels(cls_name).set(hung)
+        self._volume_figures()
         self.metrics.reconcile_duration.observe(time.monotonic() - started)
         return result
 
