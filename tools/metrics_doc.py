@@ -67,6 +67,9 @@ UPSTREAM: dict[str, str] = {
     "localpv_thread_crashes_total": "none",
     "localpv_reconcile_failures_total": "none",
     "localpv_hung_storage": "none",
+    "localpv_persistentvolumes": "none (kube-state-metrics' kube_persistentvolume_status_phase counts every PV "
+                                 "of the cluster, with no node)",
+    "localpv_persistentvolume_released_seconds": "none",
     "localpv_storage_probes_stuck": "none",
     "localpv_cleaners_lingering": "none",
     # NFS provisioner: the external-provisioner library's controller metrics (research: nfs-and-peers.md B.9)
@@ -139,13 +142,13 @@ def metrics_of(registry: CollectorRegistry) -> list[Metric]:
     """Every metric family a registry exposes, in registration order."""
     out: list[Metric] = []
     for collector in _collectors(registry):
-        labels: tuple[str, ...] = ()
-        if isinstance(collector, MetricWrapperBase):
-            labels = tuple(collector._labelnames)
-            families = collector.describe()
-        else:
-            families = list(collector.collect())
-        for family in families:
+        wrapped = isinstance(collector, MetricWrapperBase)
+        for family in collector.describe() if wrapped else collector.collect():
+            # A metric's label names (or a custom collector's family's), whether or not it has samples.
+            owner = collector if wrapped else family
+            labels = tuple(getattr(owner, "_labelnames", ()))
+            for sample in family.samples:
+                labels += tuple(k for k in sample.labels if k not in labels and k not in ("le", "quantile"))
             name = f"{family.name}_total" if family.type == "counter" else family.name
             out.append(Metric(name, family.type, labels, family.documentation))
     return out

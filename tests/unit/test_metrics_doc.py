@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from tools import metrics_doc
 from tools.metrics_doc import COMMAND, PROCESSES, UPSTREAM, exported, metrics_of, render
@@ -42,6 +46,16 @@ def test_labels_come_from_the_registration_even_without_samples() -> None:
     Gauge("y_level", "Level.", registry=registry)
     assert [(m.name, m.type, m.labels, m.help) for m in metrics_of(registry)] == [
         ("x_events_total", "counter", ("kind", "zone"), "Events."), ("y_level", "gauge", (), "Level.")]
+
+
+def test_labels_of_a_custom_collector_are_found_without_samples() -> None:
+    class Scraped(Collector):
+        def collect(self) -> Iterator[GaugeMetricFamily]:
+            yield GaugeMetricFamily("z_things", "Things.", labels=["class", "phase"])
+
+    registry = CollectorRegistry()
+    registry.register(Scraped())
+    assert [(m.name, m.labels) for m in metrics_of(registry)] == [("z_things", ("class", "phase"))]
 
 
 def test_a_doc_without_its_markers_is_refused() -> None:
