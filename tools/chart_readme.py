@@ -7,7 +7,7 @@ How ``values.yaml`` is read (``tests/helm/test_chart_readme.py`` holds the file 
 
 * The comment lines directly above a key (no blank line in between) describe it.
 * A comment line indented further than the prose after its ``#`` (``#   image: {...}``)
-  is an example: it is shown as code.
+  is an example: it is shown as code (several such lines that form YAML, as JSON).
 * A value that is unset by default is written commented out, ``# key: example``, at the
   column its key would have, after its own description. It is listed as unset, with the
   example. Only keys that ``values.schema.json`` allows at that place count; any other
@@ -29,6 +29,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,18 +199,31 @@ def _render_comments(lines: list[Comment]) -> str:
 
     def flush() -> None:
         if code:
-            parts.append("`" + " ".join(code) + "`")
+            parts.append("`" + _example(code) + "`")
             code.clear()
 
     for comment in lines:
         text = comment.text.strip()
         if comment.depth > prose_depth:
-            code.append(text)
+            code.append(comment.text)
         else:
             flush()
             parts.append(text)
     flush()
     return " ".join(parts)
+
+
+def _example(lines: list[str]) -> str:
+    """Example lines on one line: a block of YAML that spans lines (nested keys would lose
+    their structure when joined) as JSON, anything else joined with spaces."""
+    if len(lines) > 1:
+        try:
+            value = yaml.safe_load(textwrap.dedent("\n".join(lines)))
+        except yaml.YAMLError:
+            value = None
+        if isinstance(value, dict | list):
+            return json.dumps(value, ensure_ascii=False)
+    return " ".join(line.strip() for line in lines)
 
 
 def _json(value: Any) -> str:

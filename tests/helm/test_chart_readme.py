@@ -100,6 +100,11 @@ def test_deeper_indented_comment_lines_are_code() -> None:
     assert rows(values)["plain"][1] == "Either: `plain: false` or true."
 
 
+def test_a_nested_example_over_several_lines_keeps_its_structure() -> None:
+    values = "# Overrides, e.g.\n#   rules:\n#     A: {for: 30m}\n#     B: {enabled: false}\nfree: {}\n"
+    assert rows(values)["free"][1] == 'Overrides, e.g. `{"rules": {"A": {"for": "30m"}, "B": {"enabled": false}}}`'
+
+
 def test_a_list_of_maps_is_documented_through_its_first_entry() -> None:
     values = "# The items.\nitems:\n  # Its name.\n  - name: a\n    # Optional.\n    # extra: b\n"
     assert rows(values) == {
