@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import urllib3
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from localpv.testing.apiserver import ApiServer
+from localpv.testing.apiserver import ApiServer, LostResponse
 from tests.emulator.conftest import Collector, configmap, pv
 
 Collect = Callable[..., Collector]
@@ -140,3 +142,78 @@ def test_a_stopped_server_refuses_connections() -> None:
     http = urllib3.PoolManager(retries=False)
     with pytest.raises(urllib3.exceptions.HTTPError):
         http.request("GET", url + "/version", timeout=2)
+
+
+def _raw(srv: ApiServer, method: str, path: str, body: Any = None,
+         content_type: str = "application/json") -> urllib3.BaseHTTPResponse:
+    """One request, no retries: what the server answered, or the transport error it caused."""
+    pool = urllib3.PoolManager(retries=False, timeout=5)
+    data = None if body is None else json.dumps(body).encode()
+    return pool.request(method, srv.url + path, body=data, headers={"Content-Type": content_type})
+
+
+@pytest.mark.parametrize(("how", "seen"), [("reset", ConnectionResetError),
+                                           ("close", http.client.RemoteDisconnected)])
+def test_a_lost_create_is_committed_but_never_answered(srv: ApiServer, core: client.CoreV1Api, collect: Collect,
+                                                       how: LostResponse, seen: type[Exception]) -> None:
+    watch = collect(core.list_persistent_volume, timeout_seconds=30)
+    srv.faults.lose_responses("create", 1.0, how=how)
+    with pytest.raises(urllib3.exceptions.ProtocolError) as exc:
+        _raw(srv, "POST", "/api/v1/persistentvolumes", pv("pv-a"))
+    assert isinstance(exc.value.args[1], seen)
+    assert srv.get("v1", "PersistentVolume", "pv-a") is not None  # committed ...
+    event = watch.next()
+    assert (event["type"], event["raw_object"]["metadata"]["name"]) == ("ADDED", "pv-a")  # ... and seen
+    [record] = [r for r in srv.requests.records() if r.verb == "create"]
+    assert (record.resource, record.status, record.lost) == ("persistentvolumes", 201, True)
+    # The retry fails (nothing is committed), so its answer arrives: the create had happened.
+    again = _raw(srv, "POST", "/api/v1/persistentvolumes", pv("pv-a"))
+    assert again.status == 409 and json.loads(again.data)["reason"] == "AlreadyExists"
+
+
+def test_a_lost_delete_is_committed_and_its_retry_gets_not_found(srv: ApiServer) -> None:
+    srv.create(pv("pv-a"))
+    srv.faults.lose_responses("delete", 1.0)
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        _raw(srv, "DELETE", "/api/v1/persistentvolumes/pv-a")
+    assert srv.get("v1", "PersistentVolume", "pv-a") is None
+    assert _raw(srv, "DELETE", "/api/v1/persistentvolumes/pv-a").status == 404
+
+
+def test_a_lost_update_is_committed_and_its_retry_conflicts(srv: ApiServer) -> None:
+    stored = srv.create(configmap("cm", a="1"))
+    srv.faults.lose_responses("update", 1.0)
+    stored["data"] = {"a": "2"}
+    path = "/api/v1/namespaces/default/configmaps/cm"
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        _raw(srv, "PUT", path, stored)
+    assert srv.get("v1", "ConfigMap", "cm", "default")["data"] == {"a": "2"}  # type: ignore[index]
+    assert _raw(srv, "PUT", path, stored).status == 409  # the resourceVersion it was based on is gone
+
+
+def test_lost_responses_spare_other_resources_failed_writes_dry_runs_and_reads(srv: ApiServer) -> None:
+    srv.faults.lose_responses("create", 1.0, resource="persistentvolumes")
+    srv.faults.lose_responses("patch", 1.0)
+    assert _raw(srv, "POST", "/api/v1/namespaces/default/configmaps", configmap("cm")).status == 201
+    assert _raw(srv, "POST", "/api/v1/persistentvolumes?dryRun=All", pv("pv-a")).status == 201
+    assert _raw(srv, "POST", "/api/v1/persistentvolumes", {**pv("pv-a"), "spec": {}}).status == 422
+    assert _raw(srv, "GET", "/api/v1/persistentvolumes").status == 200
+    assert srv.get("v1", "PersistentVolume", "pv-a") is None
+    srv.faults.lose_responses("create", 0.0, resource="persistentvolumes")
+    assert _raw(srv, "POST", "/api/v1/persistentvolumes", pv("pv-a")).status == 201
+    label = {"metadata": {"labels": {"a": "b"}}}
+    merge = "application/merge-patch+json"
+    assert _raw(srv, "PATCH", "/api/v1/persistentvolumes/absent", label, merge).status == 404
+    srv.faults.reset()
+    assert _raw(srv, "PATCH", "/api/v1/persistentvolumes/pv-a", label, merge).status == 200
+    assert not any(r.lost for r in srv.requests.records())
+
+
+def test_lost_responses_take_only_write_verbs_and_known_ways() -> None:
+    with ApiServer(binder=False) as server:
+        with pytest.raises(ValueError, match="verb"):
+            server.faults.lose_responses("get", 1.0)
+        with pytest.raises(ValueError, match="how"):
+            server.faults.lose_responses("create", 1.0, how="drop")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="rate"):
+            server.faults.lose_responses("create", 1.5)

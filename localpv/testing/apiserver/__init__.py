@@ -50,7 +50,7 @@ from __future__ import annotations
 from localpv.testing.apiserver.controllers import ClusterView, GarbageCollector, JobCompleter, finish_job
 from localpv.testing.apiserver.dispatcher import Dispatcher
 from localpv.testing.apiserver.errors import ApiError
-from localpv.testing.apiserver.faults import FAULT_VERBS, Faults
+from localpv.testing.apiserver.faults import FAULT_VERBS, WRITE_VERBS, Faults, LostResponse
 from localpv.testing.apiserver.patch import (
     APPLY_PATCH,
     JSON_PATCH,
@@ -99,6 +99,7 @@ __all__ = [
     "STATUS_VERBS",
     "STRATEGIC_PATCH",
     "STRATEGIES",
+    "WRITE_VERBS",
     "ApiError",
     "ApiServer",
     "Change",
@@ -111,6 +112,7 @@ __all__ = [
     "HttpRequest",
     "HttpResponse",
     "JobCompleter",
+    "LostResponse",
     "Obj",
     "RequestInfo",
     "RequestLog",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from localpv.testing.apiserver.discovery import discovery_response
 from localpv.testing.apiserver.errors import ApiError
+from localpv.testing.apiserver.faults import WRITE_VERBS
 from localpv.testing.apiserver.patch import PATCH_TYPES
 from localpv.testing.apiserver.requestlog import RequestInfo
 from localpv.testing.apiserver.resources import Obj, ResourceType, resource_for
@@ -52,7 +53,10 @@ class Dispatcher:
             raise ApiError.stale(route.rt, route.name or "")
         self._authorize(verb, route)
         handler: Callable[[Route, HttpRequest], HttpResponse | WatchStream] = getattr(self, f"_{verb}")
-        return handler(route, req)
+        response = handler(route, req)
+        if verb in WRITE_VERBS and isinstance(response, HttpResponse) and not req.param("dryRun"):
+            response.lost = self.server.faults.lost_response(verb, route.rt.plural)
+        return response
 
     # -- authorization
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import struct
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from localpv.testing.apiserver.errors import ApiError
+from localpv.testing.apiserver.faults import LostResponse
 from localpv.testing.apiserver.requestlog import RequestInfo, RequestRecord
 from localpv.testing.apiserver.routing import HttpRequest, HttpResponse
 from localpv.testing.apiserver.watch import WatchStream
@@ -104,12 +106,25 @@ class RequestHandler(BaseHTTPRequestHandler):
         except Exception as exc:  # an emulator bug must surface as a 500, not a dropped connection
             result = HttpResponse.error(ApiError(500, f"emulator error: {type(exc).__name__}: {exc}"))
         status = result.status if isinstance(result, HttpResponse) else 200
+        lost = result.lost if isinstance(result, HttpResponse) else None
         api.requests.record(RequestRecord(self.command, url.path, url.query, status, info.verb, info.resource,
-                                          info.namespace, info.name, info.subresource))
+                                          info.namespace, info.name, info.subresource, lost=lost is not None))
         if isinstance(result, WatchStream):
             self._stream(result)
+        elif lost is not None:
+            self._hang_up(lost)
         else:
             self._send(result)
+
+    def _hang_up(self, how: LostResponse) -> None:
+        """Lose the answer to a committed write: reset or close the connection where it was due."""
+        self.close_connection = True  # "close": the server's usual shutdown sends FIN
+        if how == "reset":
+            # A zero linger time makes the close send RST instead of FIN. The socket closes
+            # for real once its reader is closed too (it holds a reference).
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.rfile.close()
+            self.connection.close()
 
     def _send(self, response: HttpResponse) -> None:
         self.send_response(response.status)

@@ -21,6 +21,8 @@ class RequestRecord:
     namespace: str | None = None
     name: str | None = None
     subresource: str | None = None
+    #: a committed write whose answer was not sent (:meth:`Faults.lose_responses`)
+    lost: bool = False
 
 
 class RequestLog:

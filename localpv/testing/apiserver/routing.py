@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from localpv.testing.apiserver.errors import ApiError
+from localpv.testing.apiserver.faults import LostResponse
 from localpv.testing.apiserver.patch import decode_apply_body
 from localpv.testing.apiserver.resources import BY_PATH, STATUS_VERBS, ResourceType
 
@@ -63,6 +64,8 @@ class HttpResponse:
     body: bytes
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+    #: set on a committed write whose answer is not sent (:meth:`Faults.lose_responses`)
+    lost: LostResponse | None = None
 
     @classmethod
     def of(cls, status: int, obj: Any) -> HttpResponse:
