@@ -307,6 +307,7 @@ class Executor:
             log.warning("PV %s exists but cannot be read: %s", name, err)
             return
         if pv_host_path(other) == create.host_path and self._same_node(other):
+            self._first_seen.pop(create.host_path, None)  # its PV exists: the wait is over
             self._ensure_label(other)
             return
         where = f"{pv_host_path(other) or 'not a local volume'}"
