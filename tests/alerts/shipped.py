@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from prometheus_client import CollectorRegistry
 
-from localpv.metrics import AgentMetrics, NodeCleanupMetrics
-from localpv.nfs.metrics import NfsMetrics
+from tools.metrics_doc import agent_registry, nfs_registry, node_cleanup_registry
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "helm" / "localpv" / "files"
@@ -114,11 +112,9 @@ _SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count
 
 def exported_metric_names() -> frozenset[str]:
     """Every series name a localpv process can export: the agent's, the NFS provisioner's
-    and node cleanup's registries, read the way a scrape reads them."""
-    agent = AgentMetrics()
-    agent.watch_stuck(lambda: 0.0, lambda: 0.0)
-    agent.watch_proctable(lambda: {})
-    registries: list[CollectorRegistry] = [agent.registry, NfsMetrics().registry, NodeCleanupMetrics().registry]
+    and node cleanup's registries, built as the processes build them (the ones the metrics
+    reference is generated from) and read the way a scrape reads them."""
+    registries = [agent_registry(), nfs_registry(), node_cleanup_registry()]
     names: set[str] = set()
     for registry in registries:
         for family in registry.collect():
