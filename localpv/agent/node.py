@@ -150,6 +150,7 @@ class NodeAgent:
         self._host_events: Any = None
         self._taint_removed = False
         self._pass_lock = threading.Lock()
+        self._reload_lock = threading.Lock()
         self.node: NodeInfo | None = None
         self.provisioner = ""
         self.last_plan: Plan | None = None
@@ -438,10 +439,17 @@ class NodeAgent:
             self.reload_config()
 
     def reload_config(self) -> bool | None:
-        result = self.config.reload()
+        """Apply the configuration on disk if it changed. A rejected one is counted and
+        reported once per distinct problem, not at every check while it stays on disk."""
+        with self._reload_lock:  # the watcher thread and direct callers: one reload at a time
+            previous_error = self.config.last_error
+            result = self.config.reload()
+            rejected_anew = result is None and self.config.last_error != previous_error
         if result is None:
-            self.metrics.config_reload_failures.inc()
             self.metrics.config_last_reload_ok.set(0)
+            if not rejected_anew:
+                return result
+            self.metrics.config_reload_failures.inc()
             if self.node is not None and self._recorder is not None:
                 self.recorder.event(self._node_obj(), WARNING, "ConfigRejected",
                                     f"new configuration rejected, previous one kept: {self.config.last_error}")

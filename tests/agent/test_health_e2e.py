@@ -38,6 +38,31 @@ def test_a_config_that_crashes_the_parser_does_not_stop_later_reloads(agent_env:
     assert agent.healthy()[0]
 
 
+def test_a_rejected_config_is_counted_once_per_problem_not_per_check(agent_env: AgentEnv, tmp_path: Path) -> None:
+    """The counter grew by one every 5 s check while a bad ConfigMap stayed on disk: it
+    counts rejected configurations, so increase() over a day means something."""
+    path = tmp_path / "config.yaml"
+    good = {"storageClassMap": {"local-fs": {"hostDir": "/mnt/disks", "mountDir": str(agent_env.fs_dir)}}}
+    path.write_text(yaml.safe_dump(good))
+    agent = agent_env.start_agent(config_path=str(path))
+
+    def failures() -> float | None:
+        return agent.metrics.registry.get_sample_value("localpv_config_reload_failures_total")
+
+    path.write_text(yaml.safe_dump(dict(good, useJobForCleaning="maybe")))
+    for _ in range(5):
+        assert agent.reload_config() is None
+    assert failures() == 1.0
+    path.write_text(yaml.safe_dump(dict(good, cleanupWorkers="many")))
+    for _ in range(5):
+        assert agent.reload_config() is None
+    assert failures() == 2.0, "another problem is another rejection"
+    assert agent.metrics.registry.get_sample_value("localpv_config_last_reload_success") == 0.0
+    path.write_text(yaml.safe_dump(good))
+    assert agent.reload_config() is not None
+    assert agent.metrics.registry.get_sample_value("localpv_config_last_reload_success") == 1.0
+
+
 def test_a_dead_cache_thread_makes_the_agent_unhealthy(agent_env: AgentEnv) -> None:
     agent = agent_env.start_agent()
     wait_for(lambda: agent.passes >= 1, timeout=10)
