@@ -319,15 +319,16 @@ def _listen_or_exit(address: str) -> socket.socket:
         _refuse(_named("listen_address", "--listen-address", "LOCALPV_LISTEN_ADDRESS", _quote(address)), str(err))
 
 
-def _load_config_or_exit(path: str, *, strict: bool = False) -> LoadedConfig:
+def _load_config_or_exit(path: str, *, strict: bool = False, dash_is_stdin: bool = False) -> LoadedConfig:
     """Load the configuration; on problems print each (with typo hints), one line each, and exit 2.
 
-    Warnings of a valid configuration go to stderr too: they are usually typos.
+    Warnings of a valid configuration go to stderr too: they are usually typos. With
+    ``dash_is_stdin``, ``-`` reads one file's content from standard input.
     """
     from localpv.config import ConfigError, load_config
 
     try:
-        loaded = load_config(path, strict=strict)
+        loaded = load_config(sys.stdin.buffer if dash_is_stdin and path == "-" else path, strict=strict)
     except ConfigError as err:
         for problem in err.problems:
             click.echo(f"error: {_one_line(problem)}", err=True)
@@ -394,7 +395,7 @@ def config() -> None:
 
 
 @config.command("check")
-@click.argument("path", type=click.Path(exists=True, dir_okay=True, file_okay=True))
+@click.argument("path", type=click.Path(exists=True, dir_okay=True, file_okay=True, allow_dash=True))
 @click.option("--output", "-o", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="Output format of the effective configuration.")
 def config_check(path: str, output: str) -> None:
@@ -402,7 +403,8 @@ def config_check(path: str, output: str) -> None:
 
     Exits 0 when valid, 2 with one line per problem otherwise. Stricter than the agent:
     two classes sharing a hostDir are an error here (the agent warns). A multi-document
-    file (helm template output) is searched for the ConfigMap with storageClassMap.
+    file (helm template output) is searched for the ConfigMap with storageClassMap; PATH
+    "-" reads it from standard input (helm template ... | localpv config check -).
     """
     import json
 
@@ -410,7 +412,7 @@ def config_check(path: str, output: str) -> None:
 
     from localpv.config import config_to_data
 
-    data = config_to_data(_load_config_or_exit(path, strict=True).config)
+    data = config_to_data(_load_config_or_exit(path, strict=True, dash_is_stdin=True).config)
     if output == "json":
         click.echo(json.dumps(data, indent=2, sort_keys=False))
     else:

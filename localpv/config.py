@@ -28,7 +28,7 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -905,6 +905,26 @@ def read_config_data(path: str | os.PathLike[str]) -> dict[str, Any]:
         text = _read_text(p)
     except (OSError, UnicodeDecodeError, _NotAConfigFile) as err:
         raise ConfigError([f"{p}: cannot read configuration: {err}"]) from err
+    return _data_from_text(text, p)
+
+
+def read_config_stream(stream: BinaryIO, name: str = "<stdin>") -> dict[str, Any]:
+    """Like :func:`read_config_data` for one file's content on a stream (``config check -``,
+    so that ``helm template ... | localpv config check -`` works), read up to the same bound."""
+    raw = stream.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{name}: cannot read configuration: expected at most {MAX_CONFIG_BYTES >> 20} MiB, "
+                           "found more"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError([f"{name}: cannot read configuration: {err}"]) from err
+    return _data_from_text(text, Path(name))
+
+
+def _data_from_text(text: str, p: Path) -> dict[str, Any]:
+    """The configuration keys of one file: a plain mapping of keys, a ConfigMap, or a stream
+    of documents with one provisioner ConfigMap among them."""
     doc = _pick_config_map(text, p) if _has_several_documents(text) else _load_yaml(text, str(p))
     if doc is None:
         return {}
@@ -973,17 +993,19 @@ def _pick_config_map(text: str, p: Path) -> Any:
                        "found none"])
 
 
-def load_config(path: str | os.PathLike[str], *, strict: bool = False) -> LoadedConfig:
-    """Read and validate a configuration directory or file; raise :class:`ConfigError`
+def load_config(path: str | os.PathLike[str] | BinaryIO, *, strict: bool = False) -> LoadedConfig:
+    """Read and validate a configuration directory, file or stream; raise :class:`ConfigError`
     (``strict``: see :func:`parse_config`).
 
     Never anything else for what the files hold: the agent's reload thread keeps the last
     good configuration on ConfigError, and any other exception would end it.
     """
+    name = "<stdin>" if not isinstance(path, str | os.PathLike) else path
     try:
-        return parse_config(read_config_data(path), strict=strict)
+        data = read_config_data(path) if isinstance(path, str | os.PathLike) else read_config_stream(path)
+        return parse_config(data, strict=strict)
     except RecursionError:  # a last guard: the readers above bound nesting already
-        raise ConfigError([f"{path}: nested too deeply to be read"]) from None
+        raise ConfigError([f"{name}: nested too deeply to be read"]) from None
 
 
 # --------------------------------------------------------------------------- output

@@ -251,3 +251,18 @@ def test_a_fifo_inside_a_config_dir_is_reported_with_the_other_keys(tmp_path: Pa
     with pytest.raises(ConfigError) as err:
         load_config(tmp_path)
     assert [p.split(":")[0] for p in err.value.problems] == ["labelsForPV"]
+
+
+def test_helm_template_output_can_be_piped_into_config_check() -> None:
+    """`config check -` reads standard input: `helm template ... | localpv config check -`."""
+    result = subprocess.run([sys.executable, "-m", "localpv", "config", "check", "-"], input=_HELM_TEMPLATE,
+                            capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "storageClassMap" in result.stdout
+
+
+def test_bad_input_on_stdin_is_one_line_naming_stdin() -> None:
+    result = subprocess.run([sys.executable, "-m", "localpv", "config", "check", "-"], input=b"\xff",
+                            capture_output=True, timeout=30, check=False)
+    assert result.returncode == 2
+    assert result.stderr.decode().startswith("error: <stdin>: cannot read configuration:")
