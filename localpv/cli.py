@@ -437,7 +437,8 @@ def config_reference() -> None:
 @click.option("--output", "-o", type=click.Choice(["table", "yaml", "json"]), default="table", show_default=True,
               help="Output format.")
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None,
-              help="Read the real Node, StorageClasses and PVs (read-only).")
+              help="Read the real Node, StorageClasses and PVs (read-only; env KUBECONFIG, so a set "
+                   "KUBECONFIG makes discover read the cluster).")
 @click.option("--request-timeout", default="5s", show_default=True, callback=_duration,
               help="With --kubeconfig: give up on the API server after this long (one attempt per request).")
 def discover(dry_run: bool, config_path: str, node_name: str, output: str, kubeconfig: str | None,
