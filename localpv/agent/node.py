@@ -152,6 +152,9 @@ class NodeAgent:
         self._pass_lock = threading.Lock()
         self._reload_lock = threading.Lock()
         self.node: NodeInfo | None = None
+        #: The Node object is gone (the node is being removed). The agent then does nothing:
+        #: PVs it created would be deleted by node-cleanup, cleaned and created again, in a loop.
+        self.node_deleted = False
         self.provisioner = ""
         self.last_plan: Plan | None = None
         self.passes = 0
@@ -279,11 +282,18 @@ class NodeAgent:
 
     def _on_node_change(self, kind: str, _old: Obj | None, new: Obj | None) -> None:
         """Follow the Node object: a new uid (re-created Node) or new labels change the PVs."""
-        if kind == "DELETED" or new is None or self.node is None:
-            if kind == "DELETED":
-                log.warning("Node %s was deleted; its PVs keep the last known identity until it is back",
-                            self.options.node_name)
+        if kind == "DELETED":
+            log.warning("Node %s was deleted: no volume is published or cleaned until it is back "
+                        "(node-cleanup removes the PVs of a deleted node)", self.options.node_name)
+            self.node_deleted = True
+            self.trigger("node")
             return
+        if new is None or self.node is None:
+            return
+        if self.node_deleted:
+            log.warning("Node %s is back", self.options.node_name)
+            self.node_deleted = False
+            self.trigger("node")
         info = NodeInfo.from_object(new)
         if not info.uid or info == self.node:
             return
@@ -505,6 +515,9 @@ class NodeAgent:
 
     def _reconcile(self) -> Plan:
         started = time.monotonic()
+        if self.node_deleted:
+            return self._idle_pass(f"Node {self.options.node_name} was deleted: no volume is published or "
+                                   "cleaned until it is back")
         world = self.gather()
         result = plan(world)
         self.journal.apply(result.journal)
@@ -532,6 +545,16 @@ class NodeAgent:
             self.metrics.hung_storage.labels(cls_name).set(hung)
         self._volume_figures()
         self.metrics.reconcile_duration.observe(time.monotonic() - started)
+        return result
+
+    def _idle_pass(self, why: str) -> Plan:
+        """A pass that only says why it did nothing: not ready, but alive (waiting is its job)."""
+        result = Plan(class_errors={"node": why})
+        self.last_plan = result
+        self.ready = False
+        self.passes += 1
+        self.last_pass_at = self.clock.monotonic()
+        self._failed_passes = 0
         return result
 
     def execute(self, result: Plan, config: ProvisionerConfig) -> None:

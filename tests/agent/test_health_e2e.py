@@ -117,6 +117,27 @@ def test_a_recreated_node_gets_pvs_owned_by_the_new_node(agent_env: AgentEnv, mo
     assert agent.node is not None and agent.node.uid == new_node["metadata"]["uid"]
 
 
+def test_with_its_node_deleted_the_agent_does_not_fight_node_cleanup(agent_env: AgentEnv, mounter: Mounter) -> None:
+    """The Node object deleted (the node is being removed): node-cleanup deletes the node's
+    PVs; the agent used to clean and re-create them every pass. It now waits, not ready,
+    and resumes when the Node is back."""
+    mounter.tmpfs(agent_env.fs_dir / "vol1")
+    agent = agent_env.start_agent()
+    first = wait_for(lambda: agent_env.pv_for("/mnt/disks/vol1"), timeout=10, what="PV")
+    agent_env.apiserver.delete("v1", "Node", NODE)
+    wait_for(lambda: not agent.readiness()[0] and "was deleted" in agent.readiness()[1], timeout=10,
+             what="not ready: the Node was deleted")
+    agent_env.apiserver.delete("v1", "PersistentVolume", first["metadata"]["name"])  # what node-cleanup does
+    passes = agent.passes
+    wait_for(lambda: (agent.trigger("test"), agent.passes >= passes + 2)[1], timeout=10,
+             what="two passes after the PV was deleted")
+    assert agent_env.pv_for("/mnt/disks/vol1") is None, "no PV is created for a deleted Node"
+    assert agent.healthy()[0], "waiting for its Node is not being wedged"
+    agent_env.apiserver.create(node(NODE))
+    wait_for(lambda: agent_env.pv_for("/mnt/disks/vol1"), timeout=15, what="the PV back with the Node")
+    wait_for(lambda: agent.readiness()[0], timeout=10, what="ready again")
+
+
 def test_each_failed_cleanup_is_counted_like_upstream(agent_env: AgentEnv, mounter: Mounter) -> None:
     vol = mounter.tmpfs(agent_env.fs_dir / "vol1")
     agent = agent_env.start_agent()
