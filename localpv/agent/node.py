@@ -403,7 +403,9 @@ class NodeAgent:
         skipped = [{"path": s.path, "class": s.cls, "reason": s.reason, "error": s.error}
                    for s in (plan_.skipped if plan_ else [])]
         ready, why = self.readiness()
-        return {"node": self.options.node_name, "ready": ready, "readiness": why, "passes": self.passes,
+        healthy, health = self.healthy()
+        return {"node": self.options.node_name, "ready": ready, "readiness": why, "healthy": healthy,
+                "health": health, "passes": self.passes,
                 "journal_recovering": self.journal.recovering, "volumes": volumes, "skipped": skipped,
                 "class_errors": dict(plan_.class_errors) if plan_ else {}}
 

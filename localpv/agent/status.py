@@ -35,6 +35,8 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
 
 def render_status(doc: dict[str, Any]) -> str:
     lines = [f"node {doc.get('node')}: {'ready' if doc.get('ready') else 'NOT READY'} ({doc.get('readiness', '')})"]
+    if "healthy" in doc:  # what /healthz answers; the kubelet restarts the agent while it is false
+        lines.append(f"health: {'ok' if doc['healthy'] else 'FAILING'} ({doc.get('health', '')})")
     if doc.get("journal_recovering"):
         lines.append("journal: recovering (it did not exist at start): volumes without a PV are cleaned before "
                      "they are offered")

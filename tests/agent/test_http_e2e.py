@@ -95,6 +95,14 @@ def test_ready_healthz_and_status(agent_env: AgentEnv, mounter: Mounter, served:
     assert doc["volumes"][0]["phase"] == "Available" and doc["volumes"][0]["journal"] == "offered"
     table = render_status(doc)
     assert "/mnt/disks/good" in table and "Available" in table and "offered" in table
+    assert doc["healthy"] is True and "health: ok (last pass" in table
+
+
+def test_status_says_why_healthz_fails() -> None:
+    """No command said why /healthz failed: `localpv status` shows what the probe sees."""
+    doc = {"node": "n1", "ready": True, "readiness": "ok", "volumes": [], "healthy": False,
+           "health": "state dir /var/lib/localpv is not writable"}
+    assert "health: FAILING (state dir /var/lib/localpv is not writable)" in render_status(doc)
 
 
 def test_status_says_when_the_journal_is_recovering() -> None:
