@@ -1,40 +1,23 @@
 """The chart's PrometheusRule and Grafana dashboard ConfigMap, installed with real Helm into
 the API emulator: absent by default, and when enabled exactly the shipped files (the
-rules with the per-alert overrides of values.yaml applied).
-
-The emulator serves ServiceMonitor but not PrometheusRule yet, and Helm refuses a kind the
-server does not serve. Until it does, the chart is installed from a copy whose rule template
-says ``kind: ServiceMonitor`` (a CRD the emulator stores as sent) instead of
-``kind: PrometheusRule``; everything else in the copy is the chart's, and a test checks that
-this one line is the only difference.
+rules with the per-alert overrides of values.yaml applied). The emulator serves the
+prometheus-operator CRDs as if installed, and stores what Helm sends.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from localpv.testing.apiserver import resource_for
 from tests.alerts.shipped import ALERTS, DASHBOARD, alert_rules, with_overrides
-from tests.helm import chart
 from tests.helm.chart import CHART, NAMESPACE, RELEASE, Install, installed, run_helm
 
 Obj = dict[str, Any]
-RULE_TEMPLATE = Path("templates") / "prometheusrule.yaml"
-RULE_KIND = "kind: PrometheusRule"
 FULLNAME = f"{RELEASE}-localpv"
-
-try:
-    resource_for("monitoring.coreos.com/v1", "PrometheusRule")
-    EMULATOR_SERVES_RULES = True
-except KeyError:
-    EMULATOR_SERVES_RULES = False
-STAND_IN_KIND = "PrometheusRule" if EMULATOR_SERVES_RULES else "ServiceMonitor"
 
 TUNED_RULES: dict[str, Obj] = {"LocalPVCleanupFailing": {"for": "1m", "severity": "critical"},
                "LocalPVApiErrors": {"enabled": False},
@@ -58,27 +41,12 @@ SCENARIOS: dict[str, Obj] = {
 }
 
 
-def chart_copy(tmp: Path) -> Path:
-    """The chart as installed here: itself, or with the stand-in kind (see the docstring)."""
-    if EMULATOR_SERVES_RULES:
-        return CHART
-    copy = tmp / "localpv"
-    shutil.copytree(CHART, copy)
-    template = copy / RULE_TEMPLATE
-    text = template.read_text()
-    assert text.count(RULE_KIND) == 1
-    template.write_text(text.replace(RULE_KIND, f"kind: {STAND_IN_KIND}"))
-    return copy
-
-
 @pytest.fixture(scope="module")
 def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
     workdir = tmp_path_factory.mktemp("helm")
     done = {name: Install(values) for name, values in SCENARIOS.items()}
     try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(chart, "CHART", chart_copy(workdir))
-            run_helm(helm_python, list(done.values()), workdir)
+        run_helm(helm_python, list(done.values()), workdir)
         yield done
     finally:
         for inst in done.values():
@@ -86,8 +54,8 @@ def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def rule_object(inst: Install) -> Obj:
-    [rule] = [o for o in inst.rendered(STAND_IN_KIND) if o["metadata"]["name"] == FULLNAME]
-    stored = inst.server.get("monitoring.coreos.com/v1", STAND_IN_KIND, FULLNAME, rule["metadata"]["namespace"])
+    [rule] = [o for o in inst.rendered("PrometheusRule") if o["metadata"]["name"] == FULLNAME]
+    stored = inst.server.get("monitoring.coreos.com/v1", "PrometheusRule", FULLNAME, rule["metadata"]["namespace"])
     assert stored is not None and stored["spec"] == rule["spec"], "the emulator stored what Helm rendered"
     return rule
 
@@ -95,17 +63,6 @@ def rule_object(inst: Install) -> Obj:
 def dashboard_configmap(inst: Install) -> Obj:
     [cm] = inst.rendered("ConfigMap", f"{FULLNAME}-dashboard")
     return cm
-
-
-def test_the_stand_in_differs_from_the_chart_only_in_the_kind(tmp_path: Path) -> None:
-    copy = chart_copy(tmp_path)
-    if copy == CHART:
-        pytest.skip("the emulator serves PrometheusRule: the chart itself is installed")
-    ours, theirs = (CHART / RULE_TEMPLATE).read_text(), (copy / RULE_TEMPLATE).read_text()
-    assert ours.replace(RULE_KIND, "kind: ServiceMonitor") == theirs
-    for path in CHART.rglob("*"):
-        if path.is_file() and path.relative_to(CHART) != RULE_TEMPLATE:
-            assert path.read_bytes() == (copy / path.relative_to(CHART)).read_bytes(), path
 
 
 def test_nothing_is_rendered_by_default(installs: dict[str, Install]) -> None:
@@ -122,9 +79,9 @@ def test_the_rule_holds_the_shipped_groups_as_they_are(installs: dict[str, Insta
     assert rule["spec"]["groups"] == alert_rules()["groups"]
 
 
-def test_the_rule_template_says_prometheusrule() -> None:
-    assert RULE_KIND in (CHART / RULE_TEMPLATE).read_text()
-    assert '.Files.Get "files/alerts.yaml"' in (CHART / RULE_TEMPLATE).read_text()
+def test_the_rule_template_reads_the_shipped_file() -> None:
+    """One source of truth: the template includes files/alerts.yaml, the file promtool tests."""
+    assert '.Files.Get "files/alerts.yaml"' in (CHART / "templates" / "prometheusrule.yaml").read_text()
     assert ALERTS.parent == CHART / "files"
 
 

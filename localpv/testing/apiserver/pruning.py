@@ -18,8 +18,9 @@ annotations, data, capacity) are kept whole. The models are those of the install
 client's Kubernetes version, which is not older than the emulated one: a field added
 after the emulated version is kept where that server would drop it.
 
-**CRDs.** ServiceMonitor, the one CRD the emulator serves, is treated as a CRD whose
-schema sets ``x-kubernetes-preserve-unknown-fields``: its content is kept as sent, and
+**CRDs.** ServiceMonitor and PrometheusRule, the CRDs the emulator serves (the chart
+creates them when asked), are treated as CRDs whose schema sets
+``x-kubernetes-preserve-unknown-fields``: its content is kept as sent, and
 only its ``metadata`` is pruned to ObjectMeta, as apiextensions-apiserver always does.
 """
 
@@ -87,7 +88,7 @@ MODELS: dict[tuple[str, str], str] = {
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): "V1SelfSubjectAccessReview",
 }
 #: Served kinds that are CustomResourceDefinitions: content preserved, metadata pruned.
-CRDS = frozenset({("monitoring.coreos.com/v1", "ServiceMonitor")})
+CRDS = frozenset({("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")})
 
 _LIST = re.compile(r"^(?:List\[(.*)\]|list\[(.*)\])$")
 _MAP = re.compile(r"^(?:Dict\[str, (.*)\]|dict\(str, (.*)\))$")

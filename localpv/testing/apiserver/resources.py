@@ -106,6 +106,7 @@ RESOURCES: tuple[ResourceType, ...] = (
        verbs=("create",)),
     # The prometheus-operator CRD, as if installed: charts (ours included) create ServiceMonitors.
     _R("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True, ("smon",)),
+    _R("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule", True, ("promrule",)),
 )
 del _R
 
