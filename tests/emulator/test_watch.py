@@ -174,3 +174,23 @@ def test_an_abruptly_cut_watch_closes_its_connection(srv: ApiServer) -> None:
             resp.read()
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize(("error", "printed"), [(BrokenPipeError, False), (ConnectionResetError, False),
+                                                (ValueError, True)])
+def test_a_client_gone_mid_answer_prints_no_traceback(error: type[Exception], printed: bool,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGKILLed clients (the campaigns kill agents) filled stderr with BrokenPipe tracebacks;
+    a real error in the emulator must still print one."""
+    from localpv.testing.apiserver import ApiServer
+    from localpv.testing.apiserver.httpserver import EmulatorHTTPServer
+
+    httpd = EmulatorHTTPServer(("127.0.0.1", 0), ApiServer())
+    try:
+        try:
+            raise error("gone")
+        except Exception:
+            httpd.handle_error(None, ("127.0.0.1", 1))
+    finally:
+        httpd.server_close()
+    assert ("Traceback" in capsys.readouterr().err) is printed

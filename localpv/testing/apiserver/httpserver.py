@@ -6,6 +6,7 @@ import contextlib
 import select
 import socket
 import struct
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,13 @@ class EmulatorHTTPServer(ThreadingHTTPServer):
         with self._conn_lock:
             self._connections.add(request)
         super().process_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer (a SIGKILLed agent in a campaign, a cut
+        connection) is not the emulator's error: no traceback on stderr for it."""
+        if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipe, ConnectionReset...
+            return
+        super().handle_error(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
         with self._conn_lock:
