@@ -83,7 +83,7 @@ CLASS = "local-fs"
 HOST_DIR = "/mnt/disks"
 #: Another spelling of the same directory, for the ``hostdir`` cycles.
 ALIAS_HOST_DIR = "/mnt/disks-alias"
-FAULTS = ("drop-watches", "gone", "write-5xx", "conflicts", "latency", "restart")
+FAULTS = ("drop-watches", "gone", "write-5xx", "conflicts", "latency", "restart", "lost-answers")
 #: The agent campaign's kinds of cycle, with the weight of each in the seeded draw.
 CYCLE_KINDS = {"faults": 10, "reapply-down": 3, "reapply-up": 3, "hostdir": 2, "state-loss": 3}
 #: How long a PV the campaign re-applied may stay on offer over a dirty volume once the
@@ -150,6 +150,11 @@ def inject_faults(server: ApiServer, faults: list[str], report: CampaignReport) 
         elif name == "write-5xx":
             for verb in ("create", "update", "patch", "delete"):
                 f.error_rate(verb, 0.2, code=500)
+        elif name == "lost-answers":
+            # The write happens, its answer never comes: the retry meets AlreadyExists,
+            # NotFound or a Conflict, and must take the first attempt's effect as done.
+            for verb in ("create", "update", "patch", "delete"):
+                f.lose_responses(verb, 0.2)
         elif name == "conflicts":
             f.conflict_storm(0.3)
         elif name == "latency":
