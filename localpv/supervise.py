@@ -106,7 +106,8 @@ class Supervisor:
         with self._lock:
             loops = list(self._loops.values())
         for loop in loops:
-            if not loop.thread.is_alive() and not self.stopping.is_set():
+            # ident is None between spawn()'s registration and the thread's start: starting, not dead
+            if loop.thread.ident is not None and not loop.thread.is_alive() and not self.stopping.is_set():
                 found.append(f"thread {loop.name} is not running")
             elif loop.recent >= self.crash_limit:
                 found.append(f"thread {loop.name} crashed {loop.recent} times in a row (last: {loop.last_error})")

@@ -316,7 +316,9 @@ def test_a_filesystem_cleaner_dies_with_the_agent_that_started_it(
                            key="pv-1")(threading.Event())
     """)], cwd=Path(__file__).resolve().parents[2])
     try:
-        recorded = wait_for(lambda: records.is_dir() and os.listdir(records), timeout=10, what="the cleaner to start")
+        # a record is written to NAME.tmp, then renamed: only a renamed one is complete
+        recorded = wait_for(lambda: records.is_dir() and [n for n in os.listdir(records) if not n.endswith(".tmp")],
+                            timeout=10, what="the cleaner to start")
         pid = int((records / recorded[0]).read_text().split()[0])
         cleaner = os.pidfd_open(pid)
         wait_for(lambda: Path(f"/proc/{pid}/wchan").read_text().startswith("fuse"), timeout=10,

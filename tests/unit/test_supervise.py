@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from localpv.supervise import Supervisor
+from localpv.supervise import Supervisor, _Loop
 from tests.conftest import wait_for
 
 
@@ -57,3 +57,15 @@ def test_stopping_is_not_a_crash() -> None:
     stop.set()
     thread.join(5)
     assert not thread.is_alive() and crashed == [] and sup.problems() == []
+
+
+def test_a_loop_registered_but_not_started_yet_is_not_dead() -> None:
+    """spawn() registers a loop, then starts its thread: a health check in between reported
+    "thread ... is not running" for a provisioner that was starting its workers."""
+    sup = Supervisor()
+    thread = threading.Thread(target=lambda: None, name="worker")
+    sup._loops["worker"] = _Loop("worker", thread)  # the state spawn() leaves before start()
+    assert sup.problems() == []
+    thread.start()
+    thread.join()
+    assert sup.problems() == ["thread worker is not running"], "once started and gone, it is dead"
