@@ -69,15 +69,22 @@ class JournalEntry:
     pv_uid: str = ""
     #: What the volume is on the host (see ``localpv.host.scan.Entry.ident``), "" if unknown.
     ident: str = ""
+    #: ``namespace/name`` of the claim ``claim`` names ("" if unknown): what the agent puts
+    #: back into a PV whose claimRef was removed while the volume holds that claim's data.
+    #: (Added after format version 2 was fixed: older agents read the file and ignore it.)
+    claim_name: str = ""
 
     def with_state(self, state: str, now: float) -> JournalEntry:
         return replace(self, state=state, since=now)
 
 
-#: What a person should do about an unreadable journal. Deleting it is safe only because a
-#: missing journal makes the agent clean every volume without a PV before offering it.
-_ADVICE = ("; restore it from a backup, or move it aside: the agent then starts a new journal and cleans "
-           "every volume that has no PV before offering it")
+#: What a person should do about an unreadable journal. Moving it aside is safe because a
+#: missing journal makes the agent clean every volume without a PV before offering it. Putting
+#: back an older copy is not: it may say ``clean`` for a volume that was used since, and that
+#: volume would be offered with its tenant's data.
+_ADVICE = ("; move it aside (always safe): the agent then starts a new journal in recovering mode and cleans "
+           "every volume that has no PV before offering it. Do not put back an older copy of it: it may call "
+           "clean a volume that was used since, and that volume would be offered with a tenant's data")
 
 
 class JournalError(Exception):
@@ -125,7 +132,8 @@ class Journal:
             for host_path, raw in doc["volumes"].items():
                 entry = JournalEntry(pv=str(raw["pv"]), cls=str(raw["cls"]), state=str(raw["state"]),
                                      since=float(raw["since"]), claim=str(raw.get("claim", "")),
-                                     pv_uid=str(raw.get("pv_uid", "")), ident=str(raw.get("ident", "")))
+                                     pv_uid=str(raw.get("pv_uid", "")), ident=str(raw.get("ident", "")),
+                                     claim_name=str(raw.get("claim_name", "")))
                 if entry.state not in STATES:
                     raise JournalError(f"{path}: {host_path}: unknown state {entry.state!r}{_ADVICE}")
                 entries[host_path] = entry

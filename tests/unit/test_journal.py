@@ -81,7 +81,7 @@ def test_file_format_is_versioned_json_sorted_by_path(path: Path) -> None:
     assert isinstance(volumes, dict)
     assert list(volumes) == ["/a", "/z"]
     assert volumes["/z"] == {"pv": "pv-z", "cls": "sc1", "state": "used", "since": 100.0, "claim": "",
-                             "pv_uid": "", "ident": ""}
+                             "pv_uid": "", "ident": "", "claim_name": ""}
     assert doc["recovering"] is True  # it did not exist when this agent started
 
 
@@ -391,10 +391,13 @@ def test_version_1_journal_is_read_without_uids_and_not_recovering(path: Path) -
 
 def test_corrupt_journal_advice_is_safe(path: Path) -> None:
     """The message used to say "inspect or remove it", and removing it silently re-offered
-    dirty volumes. Now a missing journal is safe (it cleans), and the advice says so."""
+    dirty volumes. Now a missing journal is safe (it cleans), and the advice says so. It
+    also used to suggest restoring a backup: an older journal can say ``clean`` for a volume
+    used since, which would then be offered dirty; the advice now warns against that."""
     path.parent.mkdir(parents=True)
     path.write_text("{not json", encoding="utf-8")
     with pytest.raises(JournalError) as info:
         Journal(path)
     message = str(info.value)
-    assert "restore it from a backup" in message and "cleans every volume that has no PV" in message
+    assert "move it aside (always safe)" in message and "cleans every volume that has no PV" in message
+    assert "restore it from a backup" not in message and "Do not put back an older copy" in message
