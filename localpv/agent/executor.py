@@ -26,6 +26,7 @@ from localpv.agent.reconcile import (
     ConfirmOrphan,
     CreatePV,
     DeletePV,
+    EventSpec,
     Plan,
     RetractPV,
     Skipped,
@@ -107,6 +108,8 @@ class Executor:
         #: still show it Released for a moment after the DELETE (the watch event has not
         #: arrived), and the next pass must not DELETE it again.
         self._deleted_uids: dict[str, float] = {}
+        #: Events marked ``once`` that the last pass planned: not emitted again while they last.
+        self._standing: set[tuple[str, str, str, str]] = set()
 
     def _node_obj(self) -> Obj:
         return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node.name, "uid": self.node.uid}}
@@ -124,9 +127,21 @@ class Executor:
             self.delete(delete)
         for create in result.creates:
             self.create(create)
-        for event in result.events:
-            self.recorder.event(event.obj, event.type, event.reason, event.message)
+        self._emit(result.events)
         self._log_conditions(result)
+
+    def _emit(self, events: list[EventSpec]) -> None:
+        """Emit the plan's events; one marked ``once`` only when it was not in the last pass."""
+        standing = set()
+        for event in events:
+            if event.once:
+                meta = event.obj.get("metadata") or {}
+                key = (str(meta.get("uid") or meta.get("name")), event.type, event.reason, event.message)
+                standing.add(key)
+                if key in self._standing:
+                    continue
+            self.recorder.event(event.obj, event.type, event.reason, event.message)
+        self._standing = standing
 
     #: A condition that persists is logged again this often (a reminder, not every pass).
     REMINDER_INTERVAL = 600.0

@@ -139,6 +139,9 @@ class EventSpec:
     type: str
     reason: str
     message: str
+    #: A condition the planner sees again on every pass until it changes: the executor
+    #: emits it when it appears, not on each pass (it is emitted again if it goes and comes back).
+    once: bool = False
 
 
 @dataclass(frozen=True)
@@ -562,7 +565,7 @@ def _plan_cleanup_step(
         target = pv or _node_event_target(world.node)
         out.events.append(EventSpec(target, WARNING, "VolumeFailedDelete",
                                     f"Cleanup of {path} failed (attempt {status.attempts}): {status.message}; "
-                                    "the volume is not offered until a cleanup succeeds"))
+                                    "the volume is not offered until a cleanup succeeds", once=True))
         if (status.retry_at or 0) > world.now:
             return
     container = cls.container_path(path)
@@ -572,8 +575,12 @@ def _plan_cleanup_step(
         why = ("it is outside the class's hostDir" if container is None else
                f'volume "{container}" was not found' if volume is None else
                volume.reason or f'"{container}" is neither a mounted filesystem nor a block device')
+        # Said once, not on every pass: a disk removed for good keeps its record (if it is
+        # plugged in again, still dirty, it must be cleaned before it is offered) and would
+        # otherwise warn every few seconds for ever. ``localpv status`` still lists it.
         out.events.append(EventSpec(target, WARNING, "VolumeFailedDelete",
-                                    f"Cannot clean volume {path}: {why}; it stays unavailable until it can be"))
+                                    f"Cannot clean volume {path}: {why}; it stays unavailable until it can be",
+                                    once=True))
         return
     block = volume.kind is EntryKind.BLOCK
     reason = "released" if pv is not None else "its PV disappeared before the volume was cleaned"

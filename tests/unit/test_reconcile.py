@@ -957,6 +957,18 @@ def test_orphan_whose_volume_is_missing_warns_on_the_node() -> None:
     assert event.obj["kind"] == "Node" and event.obj["metadata"]["name"] == NODE.name
 
 
+def test_a_cleanup_that_cannot_find_its_volume_is_reported_once_not_every_pass() -> None:
+    # The disk was removed for good: the record stays (a dirty disk plugged in again is
+    # cleaned first), but the warning is a standing condition, emitted when it starts.
+    world = make_world(scans={"sc1": []}, journal={"/mnt/disks/vol1": jentry(CLEANING)},
+                       cleanups={name_of("vol1"): status(FAILED, retry_at=NOW - 1, attempts=3, message="gone")})
+    result = plan(world)
+    assert result.journal == {} and result.cleanups == []
+    assert [(e.reason, e.once) for e in result.events] == [("VolumeFailedDelete", True)] * 2
+    back = plan(replace(world, scans={"sc1": [mnt("vol1")]}))
+    assert [c.host_path for c in back.cleanups] == ["/mnt/disks/vol1"] and back.creates == []
+
+
 @pytest.mark.parametrize("state", [OFFERED, USED, CLEANING])
 def test_entry_of_a_removed_class_is_left_alone_and_not_offered(state: str) -> None:
     # "old" used to discover /mnt/disks too; sc1 now sees the same entry.
