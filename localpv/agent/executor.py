@@ -249,9 +249,17 @@ class Executor:
         if kind == "job":
             self._forget(name)  # upstream order: the Job first, then the PV
         try:
-            self.api.delete(PERSISTENT_VOLUMES, name, uid=uid)
-        except (NotFound, Conflict):
-            pass  # already gone, or a different PV now has this name: nothing of ours to delete
+            # The resourceVersion too: delete the PV as the plan saw it (Released, cleaned). One
+            # whose claimRef was cleared since and that another claim bound meanwhile holds that
+            # tenant's data now, and must not vanish while the journal says clean.
+            self.api.delete(PERSISTENT_VOLUMES, name, uid=uid,
+                            resource_version=str(meta.get("resourceVersion") or "") or None)
+        except NotFound:
+            pass  # already gone: nothing of ours to delete
+        except Conflict:
+            log.info("PV %s changed since it was planned for deletion (or is another object now); "
+                     "the next pass decides again", name)
+            return
         except ApiError as err:
             self.metrics.delete_failed.labels(mode, kind).inc()
             self.recorder.event(delete.pv, WARNING, "VolumeFailedDelete", f"Error deleting PV: {err}")

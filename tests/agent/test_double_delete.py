@@ -16,6 +16,7 @@ from localpv.agent.reconcile import SUCCEEDED, CleanupStatus, DeletePV
 from localpv.kube.resources import JOBS, PERSISTENT_VOLUMES
 from localpv.naming import cleanup_job_name
 from tests.agent.conftest import AgentEnv
+from tests.conftest import wait_for
 
 
 def _released_pv(name: str, path: str) -> dict[str, Any]:
@@ -27,13 +28,21 @@ def _released_pv(name: str, path: str) -> dict[str, Any]:
                          {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}]}]}}}}
 
 
+def settled(env: AgentEnv, created: dict[str, Any]) -> dict[str, Any]:
+    """The PV as the agent's cache shows it once the binder is done with it (this one has no
+    claimRef: Available): the DELETE carries the resourceVersion of the object the plan saw."""
+    name = created["metadata"]["name"]
+    return wait_for(lambda: (p := env.apiserver.get("v1", "PersistentVolume", name)) is not None
+                    and p.get("status", {}).get("phase") == "Available" and p, what=f"{name} settled")
+
+
 def test_a_pv_deleted_after_its_job_clean_is_not_deleted_again(
         agent_env: AgentEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     config = agent_env.config(useJobForCleaning=True)
     agent = agent_env.start_agent(config, discovery_period=3600, job_image="localpv:test")
     executor = agent.executor
     assert executor is not None and agent.jobs is not None
-    pv = agent_env.apiserver.create(_released_pv("local-pv-double", "/mnt/disks/vol1"))
+    pv = settled(agent_env, agent_env.apiserver.create(_released_pv("local-pv-double", "/mnt/disks/vol1")))
     agent_env.apiserver.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
         "name": cleanup_job_name("local-pv-double"), "namespace": "default",
         "labels": {"pv": "local-pv-double", "kubernetes.io/hostname": "node-1"}},
@@ -55,7 +64,7 @@ def test_a_pv_deleted_after_its_job_clean_is_not_deleted_again(
     assert deletes.count((JOBS.kind, cleanup_job_name("local-pv-double"))) <= 1, deletes
     assert agent_env.apiserver.get("v1", "PersistentVolume", "local-pv-double") is None
     # A new PV of the same name (the volume offered again) is a new uid: deleted when asked.
-    again = agent_env.apiserver.create(_released_pv("local-pv-double", "/mnt/disks/vol1"))
+    again = settled(agent_env, agent_env.apiserver.create(_released_pv("local-pv-double", "/mnt/disks/vol1")))
     executor.delete(DeletePV(again, "/mnt/disks/vol1", False, done))
     assert deletes.count((PERSISTENT_VOLUMES.kind, "local-pv-double")) == 2, deletes
     # Long after, the old object shown again (an etcd restore brings back its uid): deleted again.
