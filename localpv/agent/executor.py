@@ -28,6 +28,7 @@ from localpv.agent.reconcile import (
     DeletePV,
     EventSpec,
     Plan,
+    RestoreClaim,
     RetractPV,
     Skipped,
     StartCleanup,
@@ -121,6 +122,8 @@ class Executor:
             self.confirm_orphan(orphan)
         for retract in result.retracts:
             self.retract(retract)
+        for restore in result.restores:
+            self.restore_claim(restore)
         for cleanup in result.cleanups:
             self.start_cleanup(cleanup, config)
         for delete in result.deletes:
@@ -198,6 +201,25 @@ class Executor:
             return
         log.warning("deleted PV %s: %s", name, retract.reason)
         self.recorder.event(retract.pv, WARNING, "VolumeRetracted", retract.reason)
+
+    def restore_claim(self, restore: RestoreClaim) -> None:
+        """Put back the claimRef of a PV unclaimed by hand while its volume holds that claim's
+        data. The uid and resourceVersion in the patch are preconditions: a PV that changed
+        since the plan saw it (bound by another claim, already given back) is not touched,
+        and the next pass decides again."""
+        meta = restore.pv.get("metadata") or {}
+        name = str(meta.get("name"))
+        guard = {k: str(meta[k]) for k in ("uid", "resourceVersion") if meta.get(k)}
+        try:
+            updated = self.api.patch(PERSISTENT_VOLUMES, name,
+                                     {"metadata": guard, "spec": {"claimRef": restore.claim_ref}})
+        except (NotFound, Conflict):
+            return
+        except ApiError as err:
+            log.warning("cannot put back the claimRef of PV %s: %s", name, err)
+            return
+        log.warning("PV %s: %s", name, restore.reason)
+        self.recorder.event(updated, WARNING, "VolumeClaimRestored", restore.reason)
 
     def _forget(self, name: str) -> None:
         self.procs.forget(name)

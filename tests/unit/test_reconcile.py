@@ -32,6 +32,7 @@ from localpv.agent.reconcile import (
     StartCleanup,
     World,
     plan,
+    pv_claim_uid,
     pv_host_path,
     pv_is_claimed,
     pv_phase,
@@ -47,6 +48,8 @@ NODE = NodeInfo("test-node", "node-uid", {HOSTNAME_LABEL_KEY: "test-node-host"})
 PROVISIONER = provisioner_name(NODE.name, NODE.uid, use_node_name_only=False)
 NOW = 10_000.0
 
+#: namespace/name of the claim ``make_pv`` puts in a claimRef.
+CLAIM_NAME = "ns/data"
 FS = {"hostDir": "/mnt/disks", "mountDir": "/discovery/disks"}
 BLK = {"hostDir": "/dev/localblk", "mountDir": "/discovery/blk", "volumeMode": "Block"}
 
@@ -142,9 +145,12 @@ def make_pv(
 
 
 def jentry(state: str, name: str = "vol1", cls: str = "sc1", since: float = 50.0, claim: str = "",
-           pv_uid: str = "uid-1") -> JournalEntry:
-    """A record as the agent keeps it for the PV ``make_pv`` builds (same uid by default)."""
-    return JournalEntry(pv_name(name, NODE.name, cls), cls, state, since, claim, pv_uid)
+           pv_uid: str = "uid-1", claim_name: str | None = None) -> JournalEntry:
+    """A record as the agent keeps it for the PV ``make_pv`` builds (same uid by default; a
+    claim uid made by ``make_pv`` comes with the claim name ``make_pv`` puts in its claimRef)."""
+    if claim_name is None:
+        claim_name = CLAIM_NAME if claim.startswith("claim-of-") else ""
+    return JournalEntry(pv_name(name, NODE.name, cls), cls, state, since, claim, pv_uid, claim_name=claim_name)
 
 
 def status(state: str, *, uid: str | None = "uid-1", started: float = 100.0, retry_at: float | None = None,
@@ -165,6 +171,11 @@ def journal_after(world: World, result: Plan) -> dict[str, JournalEntry]:
         else:
             after[path] = value
     return after
+
+
+def on_offer(pv: Obj) -> bool:
+    """Any claim may bind it: no claimRef, not Bound or Released, not being deleted."""
+    return not pv_is_claimed(pv) and not pv["metadata"].get("deletionTimestamp")
 
 
 def skipped_for(result: Plan, path: str) -> list[Any]:
@@ -566,7 +577,8 @@ def test_usage_is_recorded_for_every_pv(phase: str, claim: bool, expected: str) 
     # The claim's UID is remembered, so a later, different claim is recognised.
     claim_uid = "claim-of-uid-1" if claim else ""
     assert result.journal == {"/mnt/disks/vol1": JournalEntry(name_of("vol1"), "sc1", expected, NOW, claim_uid,
-                                                              pv_uid="uid-1")}
+                                                              pv_uid="uid-1",
+                                                              claim_name=CLAIM_NAME if claim else "")}
 
 
 def test_offered_becomes_used_when_bound() -> None:
@@ -584,8 +596,11 @@ def test_offered_stays_offered_while_available() -> None:
 @pytest.mark.parametrize("state", [USED, CLEANING])
 def test_dirty_state_is_never_downgraded_by_an_available_pv(state: str) -> None:
     journal = {"/mnt/disks/vol1": jentry(state, since=50.0)}
-    result = plan(make_world(scans={"sc1": [mnt("vol1")]}, pvs=[make_pv("vol1")], journal=journal))
-    assert result.journal == {}
+    world = make_world(scans={"sc1": [mnt("vol1")]}, pvs=[make_pv("vol1")], journal=journal)
+    result = plan(world)
+    assert journal_after(world, result)["/mnt/disks/vol1"].state in (USED, CLEANING)
+    # ... nor is that PV left on offer (tests/unit/test_reconcile_unclaimed.py).
+    assert [r.pv["metadata"]["uid"] for r in [*result.retracts, *result.restores]] == ["uid-1"]
 
 
 def test_clean_entry_with_a_released_pv_stays_clean() -> None:
@@ -1324,6 +1339,15 @@ class Sim:
         self.seq = itertools.count()
         self.dirtied_at: dict[str, int] = {}
         self.started_at: dict[str, int] = {}
+        #: Claims that exist and use a volume (claim uid -> host path): never wiped under them.
+        self.live: dict[str, str] = {}
+        #: PVs whose claimRef an admin removed while their claim lived (name -> claim uid):
+        #: the PV controller binds them back to that claim at its next resync.
+        self.unclaimed_live: dict[str, str] = {}
+        #: PVs unclaimed by an admin that no pass has seen yet: no claim binds them before one
+        #: does (the PV watch triggers a pass at once; a bind inside that window is the
+        #: residual risk docs/reliability.md states, not something the agent can see).
+        self.unclaimed_unseen: set[str] = set()
 
     def world(self) -> World:
         return make_world(self.config, self.scans, pvs=copy.deepcopy(list(self.cache.values())),
@@ -1334,6 +1358,7 @@ class Sim:
 
     def reconcile(self) -> Plan:
         world = self.world()
+        self.unclaimed_unseen -= {n for n in self.unclaimed_unseen if self.cache.get(n) == self.api.get(n)}
         result = plan(world)
         check_invariants(world, result)
         for create in result.creates:
@@ -1341,7 +1366,19 @@ class Sim:
                 f"dirty volume {create.host_path} offered again; history: {self.history}")
         for cleanup in result.cleanups:
             for pv in self.api_pvs_for(cleanup.host_path):
+                seen = self.cache.get(pv["metadata"]["name"])
+                if seen is not None and pv_phase(seen) == "Released" and \
+                        pv["spec"].get("claimRef") != seen["spec"].get("claimRef"):
+                    # An admin cleared the claimRef (and maybe a claim bound it) after the cache
+                    # saw it Released: a race the agent cannot see; the next pass takes it back.
+                    continue
                 assert pv_phase(pv) == "Released", f"wiping {cleanup.host_path} under a {pv_phase(pv)} PV"
+            # Never wipe under a claim the agent knows of (journal or cache) that still lives.
+            record = world.journal.get(cleanup.host_path)
+            known = {pv_claim_uid(pv) for pv in world.pvs if pv_host_path(pv) == cleanup.host_path}
+            known |= {record.claim} if record is not None else set()
+            assert not any(self.live.get(c) == cleanup.host_path for c in known if c), (
+                f"wiping {cleanup.host_path} while a claim uses it; history: {self.history}")
         # Executors, in node.py's order.
         self.journal = journal_after(world, result)
         for name in result.forget_cleanups:
@@ -1356,6 +1393,22 @@ class Sim:
             if live is not None and live["metadata"]["uid"] == retract.pv["metadata"]["uid"] and \
                     live == retract.pv:  # the uid and resourceVersion preconditions
                 del self.api[retract.pv["metadata"]["name"]]
+                self.unclaimed_live.pop(retract.pv["metadata"]["name"], None)
+        for restore in result.restores:
+            name = restore.pv["metadata"]["name"]
+            live = self.api.get(name)
+            if live is not None and live == restore.pv:  # same preconditions; then the PV controller
+                uid = restore.claim_ref["uid"]
+                live["spec"]["claimRef"] = dict(restore.claim_ref)
+                live["status"] = {"phase": "Bound" if uid in self.live else "Released"}
+                self.unclaimed_live.pop(name, None)
+        # Our own PV over a volume the journal says is not clean is never left on offer.
+        for pv in world.pvs:
+            path = pv_host_path(pv)
+            record = world.journal.get(path or "")
+            if record is not None and record.state in (USED, CLEANING) and record.pv == pv["metadata"]["name"] \
+                    and on_offer(pv):
+                assert self.api.get(record.pv) != pv, f"{path} left on offer while {record.state}: {self.history}"
         for cleanup in result.cleanups:
             previous = self.cleanups.get(cleanup.pv_name)
             if previous is not None and previous.state == RUNNING:
@@ -1370,7 +1423,9 @@ class Sim:
             if self.fail_deletes:
                 continue  # node.py: an API error leaves the PV and the tracker's status in place
             live = self.api.get(name)
-            if live is not None and live["metadata"]["uid"] == delete.pv["metadata"]["uid"]:
+            if live is not None and live != delete.pv:
+                continue  # Conflict (the uid and resourceVersion preconditions): the next pass decides
+            if live is not None:
                 del self.api[name]
             if name in self.cleanups and self.cleanups[name].state != RUNNING:
                 del self.cleanups[name]  # ProcTable.forget
@@ -1416,29 +1471,53 @@ class Sim:
             del self.running[name]
 
     def tenants_and_admins(self, data: st.DataObject) -> None:
+        for name, claim_uid in sorted(self.unclaimed_live.items()):
+            pv = self.api.get(name)
+            if pv is None or pv["spec"].get("claimRef") or claim_uid not in self.live:
+                del self.unclaimed_live[name]
+            elif data.draw(st.booleans(), label=f"PV controller rebinds {name}"):  # its claim resync
+                pv["spec"]["claimRef"] = {"name": "data", "namespace": "ns", "uid": claim_uid}
+                pv["status"] = {"phase": "Bound"}
+                del self.unclaimed_live[name]
         for name in sorted(self.api):
             pv = self.api[name]
             phase = pv_phase(pv)
             choices = ["none", "none", "admin-delete"]
-            if phase == "Available":
+            if phase == "Available" and name not in self.unclaimed_unseen:
                 choices += ["bind", "bind"]
             elif phase == "Bound":
                 choices += ["release", "release"]
             path = pv_host_path(pv)
             assert path is not None
-            # (Admins clearing the claimRef of a Released PV are not simulated here: see the
-            # scripted stories below; they expose data the agent cannot see.)
+            # Admins clearing a claimRef are simulated; some such stories expose data the agent
+            # never saw written (bound, written, released and unclaimed between two passes).
+            if phase in ("Bound", "Released"):
+                choices.append("unclaim")  # an admin "unsticks" it: kubectl patch ... remove /spec/claimRef
             action = data.draw(st.sampled_from(choices), label=f"{name} {phase}")
+            claim_uid = str(pv["spec"].get("claimRef", {}).get("uid", ""))
             if action == "bind":
-                pv["spec"]["claimRef"] = {"name": "data", "namespace": "ns", "uid": f"claim-{next(self.uids)}"}
+                old = self.unclaimed_live.pop(name, None)
+                if old is not None:
+                    self.live.pop(old, None)  # that claim is Lost now: another one has its PV
+                claim_uid = f"claim-{next(self.uids)}"
+                pv["spec"]["claimRef"] = {"name": "data", "namespace": "ns", "uid": claim_uid}
                 pv["status"] = {"phase": "Bound"}
                 self.dirty.add(path)
                 self.dirtied_at[path] = next(self.seq)
+                self.live[claim_uid] = path
             elif action == "release":
                 pv["status"] = {"phase": "Released"}
-
+                self.live.pop(claim_uid, None)
+            elif action == "unclaim":
+                pv["spec"].pop("claimRef", None)
+                pv["status"] = {"phase": "Available"}
+                self.unclaimed_unseen.add(name)
+                if claim_uid in self.live:
+                    self.unclaimed_live[name] = claim_uid
             elif action == "admin-delete":
                 del self.api[name]
+                # The claim is Lost (its pod gone with it): the agent then cleans the orphan.
+                self.live.pop(self.unclaimed_live.pop(name, claim_uid), None)
             if action != "none":
                 self.history.append(f"t={self.now} {action} {name} ({phase})")
 
@@ -1474,6 +1553,7 @@ def test_no_dirty_volume_is_ever_offered_over_many_passes(data: st.DataObject, b
         sim.now += 10
     # Liveness: left alone (cache in sync, cleaners succeeding), every volume comes back.
     sim.fail_deletes = False
+    sim.live.clear()  # every tenant deletes its claim (below: its PV becomes Released)
     for _ in range(8):
         sim.cache = copy.deepcopy(sim.api)
         sim.reconcile()
