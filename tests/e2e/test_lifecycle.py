@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, PODS
-from tests.e2e.cluster import Cluster, forbidden_in_log, wait_for
+from tests.e2e.cluster import Cluster, forbidden_in_log, run, wait_for
 from tests.e2e.conftest import Release
 
 pytestmark = pytest.mark.e2e
@@ -110,3 +110,37 @@ def test_no_component_was_refused_anything(cluster: Cluster, rel: Release) -> No
     for component in ("agent", "node-cleanup"):
         for pod in cluster.list(PODS, rel.namespace, label_selector=f"app.kubernetes.io/component={component}"):
             assert forbidden_in_log(cluster.pod_log(pod["metadata"]["name"], rel.namespace)) == [], component
+
+
+def test_a_released_pv_put_on_offer_by_hand_while_its_cleanup_fails_is_taken_back(
+        cluster: Cluster, rel: Release) -> None:
+    """An operator removes the claimRef of a Released PV whose cleanup keeps failing, to
+    "unstick" it. The real PV controller makes it Available over the previous tenant's
+    files; the agent retracts it (a DELETE with uid and resourceVersion preconditions, which
+    the real API server must honour), and offers a fresh PV only once a cleanup succeeded."""
+    ns = rel.namespace
+    vol = rel.host.mount_volume("vol4", "8m")
+    pv = cluster.available_pv(vol)
+    cluster.claim(ns, "stuck", rel.storage_class, volume_name=pv["metadata"]["name"])
+    phase, log = cluster.run_pod(ns, "stuck-writer", "stuck", "echo secret > /data/file")
+    assert phase == "Succeeded", log
+    inner = vol / "inner"
+    inner.mkdir()
+    run("mount", "-t", "tmpfs", "-o", "size=1m", "localpv-e2e-inner", str(inner))  # every clean fails
+    try:
+        cluster.delete_and_wait(PODS, "stuck-writer", ns)
+        cluster.delete_and_wait(PERSISTENT_VOLUME_CLAIMS, "stuck", ns)
+        name, uid = pv["metadata"]["name"], pv["metadata"]["uid"]
+        wait_for(lambda: any(e.get("reason") == "VolumeFailedDelete"
+                             and (e.get("involvedObject") or {}).get("name") == name
+                             for e in cluster.events("default")), 90, "a failed cleanup of the released PV")
+        cluster.api.patch(PERSISTENT_VOLUMES, name, {"spec": {"claimRef": None}})
+        wait_for(lambda: (cluster.get(PERSISTENT_VOLUMES, name) or {}).get("metadata", {}).get("uid") != uid,
+                 30, "the PV put on offer over dirty data retracted")
+        assert any(e.get("reason") == "VolumeRetracted" and (e.get("involvedObject") or {}).get("name") == name
+                   for e in cluster.events("default"))
+        assert cluster.pv_for(vol) is None, "no fresh PV while a cleanup cannot succeed"
+    finally:
+        run("umount", str(inner))
+    fresh = cluster.available_pv(vol, timeout=120, not_uid=uid)
+    assert fresh["metadata"]["name"] == name and os.listdir(vol) == [], "offered again only once empty"
