@@ -12,10 +12,20 @@ create is a harmless ``AlreadyExists``; a claim is never worked on by two worker
 once (the queue); PVs we just created or deleted are remembered until the cache shows it,
 so a stale cache does not provision twice or keep a shared directory alive; and before
 touching disk or the API the controller asks ``may_act`` (the leader lease is still ours).
+
+A PV of ours is never meant to be on offer (one PV per claim, pre-bound): one whose claimRef
+was removed by hand - an operator "unsticking" a Released PV whose directory cannot be
+deleted, or a Bound one by mistake - would be bound by the PV controller to the next claim of
+the class, with the previous tenant's directory. With reclaim policy Delete it is never left
+so: while the claim it was made for (uid in its name) exists, the claimRef is put back
+(``VolumeClaimRestored``); otherwise the PV is retracted (deleted with uid and resourceVersion
+preconditions, ``VolumeRetracted``) and its directory disposed of as the release would have,
+retried while this process lives. Other policies leave it to the operator, with one warning.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -31,6 +41,7 @@ from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
 from localpv.kube.workqueue import ItemBackoff, WorkQueue
 from localpv.naming import PROVISIONED_BY_ANNOTATION
 from localpv.nfs.metrics import NfsMetrics
+from localpv.nfs.ownership import ClaimIdentity
 from localpv.nfs.provisioner import DeleteFailed, Note, NotMine, Provisioned, ProvisionFailed, ProvisionRequest
 from localpv.supervise import Supervisor
 
@@ -51,6 +62,8 @@ class Provisioner(Protocol):
     def provision(self, request: ProvisionRequest) -> Provisioned: ...
 
     def delete(self, pv: Obj, *, exclude: Iterable[str] = ()) -> list[Note]: ...
+
+    def owner(self, pv: Obj) -> ClaimIdentity | None: ...
 
 
 @dataclass(frozen=True)
@@ -143,6 +156,8 @@ class ProvisionController:
         self._given_up: set[tuple[str, str]] = set()
         self._created: set[str] = set()
         self._deleted: set[str] = set()
+        self._retracted: dict[str, Obj] = {}  # PVs retracted whose directory is still to dispose of
+        self._warned: set[str] = set()  # uids of unclaimed PVs warned about (not Delete: left alone)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.supervisor = Supervisor(clock=self.clock, stopping=self._stop)
@@ -198,6 +213,7 @@ class ProvisionController:
         """Re-arm given-up items and offer every candidate again (the lib's informer resync)."""
         with self._lock:
             given_up, self._given_up = self._given_up, set()
+            retracted = list(self._retracted)
         for queue_name, key in given_up:
             (self.claim_queue if queue_name == "claims" else self.volume_queue).forget(key)
         for claim in self.cache.claims.list():
@@ -206,6 +222,8 @@ class ProvisionController:
         for pv in self.cache.pvs.list():
             if self._volume_wanted(pv):
                 self.volume_queue.add(object_key(pv))
+        for name in retracted:
+            self.volume_queue.add(name)
 
     # ------------------------------------------------------------------ queue plumbing
 
@@ -330,17 +348,24 @@ class ProvisionController:
     # ------------------------------------------------------------------ volumes
 
     def _volume_wanted(self, pv: Obj) -> bool:
-        """Lib's ``shouldDelete``: Released, policy Delete, provisioned by us, not being deleted."""
+        """Lib's ``shouldDelete`` (Released, policy Delete, provisioned by us, not being deleted),
+        and any PV of ours whose claimRef is gone (never left on offer)."""
         meta = pv.get("metadata") or {}
-        return (
-            not meta.get("deletionTimestamp")
-            and (pv.get("status") or {}).get("phase") == "Released"
-            and (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") == "Delete"
-            and (meta.get("annotations") or {}).get(PROVISIONED_BY_ANNOTATION) == self.settings.provisioner_name
-        )
+        spec = pv.get("spec") or {}
+        if meta.get("deletionTimestamp") or \
+                (meta.get("annotations") or {}).get(PROVISIONED_BY_ANNOTATION) != self.settings.provisioner_name:
+            return False
+        if not spec.get("claimRef"):
+            return True
+        return (pv.get("status") or {}).get("phase") == "Released" and spec.get("persistentVolumeReclaimPolicy") == \
+            "Delete"
 
     def _sync_volume(self, name: str) -> bool:
         """Dispose of a released volume's directory and delete the PV; True means retry."""
+        with self._lock:
+            retracted = self._retracted.get(name)
+        if retracted is not None:
+            return self._dispose_retracted(retracted)
         cached = self.cache.pvs.get(name)
         if cached is None or not self._volume_wanted(cached):
             return False
@@ -355,14 +380,21 @@ class ProvisionController:
             return True
         if not self._volume_wanted(pv):
             return False
+        if not (pv.get("spec") or {}).get("claimRef"):
+            return self._unclaimed(pv)
         class_name = str((pv.get("spec") or {}).get("storageClassName") or "")
         started = self.clock.monotonic()
+        retry = self._dispose(pv, class_name)
+        return retry if retry is not None else self._remove_object(pv, class_name, started)
+
+    def _dispose(self, pv: Obj, class_name: str) -> bool | None:
+        """Retain, delete or archive the directory: None when done, else whether to retry."""
         with self._lock:
             gone = set(self._deleted)
         try:
             notes = self.provisioner.delete(pv, exclude=gone)
         except NotMine as err:
-            log.info("volume %s: not ours to delete: %s", name, err)
+            log.info("volume %s: not ours to delete: %s", pv["metadata"]["name"], err)
             return False
         except DeleteFailed as err:
             if err.unsafe_path:
@@ -372,7 +404,118 @@ class ProvisionController:
             return not err.final
         for note in notes:
             self.recorder.event(pv, note.type, note.reason, note.message)
-        return self._remove_object(pv, class_name, started)
+        return None
+
+    # ------------------------------------------------------------------ unclaimed volumes
+
+    def _unclaimed(self, pv: Obj) -> bool:
+        """Our PV without a claimRef (read from the API just now): never leave it on offer."""
+        meta, spec = pv["metadata"], pv.get("spec") or {}
+        policy = spec.get("persistentVolumeReclaimPolicy")
+        if policy != "Delete":
+            with self._lock:
+                first = str(meta.get("uid")) not in self._warned
+                self._warned.add(str(meta.get("uid")))
+            if first:
+                self.recorder.event(pv, WARNING, "VolumeRetainedReoffered",
+                                    f"the claimRef was removed: this PV (reclaim policy {policy}) is on offer to "
+                                    f"any claim of class {spec.get('storageClassName')!r} with its directory "
+                                    f"{(spec.get('nfs') or {}).get('path')!r} and the data in it; retained data "
+                                    "is the operator's, so it is left as it is")
+            return False
+        claim = self._claim_of(pv)
+        if claim is not None:
+            return self._restore_claim(pv, claim)
+        return self._retract(pv)
+
+    def _claim_of(self, pv: Obj) -> Obj | None:
+        """The claim the PV was made for, while it exists: its name is ``pvc-<claim uid>``."""
+        name = str(pv["metadata"]["name"])
+        if not name.startswith("pvc-"):
+            return None
+        uid = name[len("pvc-"):]
+        return next((c for c in self.cache.claims.list() if (c.get("metadata") or {}).get("uid") == uid), None)
+
+    def _restore_claim(self, pv: Obj, claim: Obj) -> bool:
+        """Put back the claimRef of the claim the PV was made for (it may be Bound and mounted:
+        deleting the PV would make it Lost). The uid and resourceVersion in the patch are
+        preconditions: a PV bound or changed since it was read is decided on again."""
+        if not self.may_act():
+            return True
+        meta, cmeta = pv["metadata"], claim["metadata"]
+        guard = {k: str(meta[k]) for k in ("uid", "resourceVersion") if meta.get(k)}
+        ref = {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": cmeta.get("namespace"),
+               "name": cmeta.get("name"), "uid": cmeta.get("uid")}
+        try:
+            updated = self.api.patch(PERSISTENT_VOLUMES, str(meta["name"]), {"metadata": guard,
+                                                                            "spec": {"claimRef": ref}})
+        except NotFound:
+            return False
+        except Conflict:
+            return True  # changed since it was read: read it again
+        except ApiError as err:  # also 403: putting a claimRef back needs ``patch`` on PVs
+            self.recorder.event(pv, WARNING, "VolumeClaimRestoreFailed",
+                                f"the claimRef was removed while claim {cmeta.get('namespace')}/{cmeta.get('name')} "
+                                f"exists, and cannot be put back: {err}")
+            return True
+        reason = (f"the claimRef was removed while claim {cmeta.get('namespace')}/{cmeta.get('name')} exists: it "
+                  "is put back, so that claim keeps its directory and no other claim is given it")
+        log.warning("PV %s: %s", meta["name"], reason)
+        self.recorder.event(updated, WARNING, "VolumeClaimRestored", reason)
+        return False
+
+    def _retract(self, pv: Obj) -> bool:
+        """Delete the PV of a gone claim (uid and resourceVersion preconditions: a PV bound since
+        it was read is not touched), then dispose of its directory as the release would have."""
+        if not self.may_act():
+            return True
+        meta = pv["metadata"]
+        name = str(meta["name"])
+        released = copy.deepcopy(pv)
+        owner = self.provisioner.owner(pv)
+        if owner is not None:  # the release acts for the claim identity its directory was made for
+            released["spec"]["claimRef"] = {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                                            "namespace": owner.namespace, "name": owner.name,
+                                            "uid": name[len("pvc-"):] if name.startswith("pvc-") else ""}
+        with self._lock:
+            self._deleted.add(name)
+            self._retracted[name] = released
+        try:
+            self.api.delete(PERSISTENT_VOLUMES, name, uid=str(meta.get("uid") or "") or None,
+                            resource_version=str(meta.get("resourceVersion") or "") or None)
+        except (NotFound, Conflict) as err:
+            with self._lock:
+                self._deleted.discard(name)
+                self._retracted.pop(name, None)
+            return isinstance(err, Conflict)  # changed since it was read: read it again
+        except ApiError as err:
+            with self._lock:
+                self._deleted.discard(name)
+                self._retracted.pop(name, None)
+            self._delete_failed(pv, str((pv.get("spec") or {}).get("storageClassName") or ""),
+                                f"the claimRef was removed and the PV cannot be deleted: {err}")
+            return True
+        reason = ("the claimRef was removed while the claim it was made for is gone: the PV is deleted so that "
+                  "no other claim is given its directory, which is disposed of as its release says")
+        log.warning("PV %s: %s", name, reason)
+        self.recorder.event(pv, WARNING, "VolumeRetracted", reason)
+        return self._dispose_retracted(released)
+
+    def _dispose_retracted(self, pv: Obj) -> bool:
+        """The directory of a retracted PV, as a release; retried while this process lives."""
+        name = str(pv["metadata"]["name"])
+        if not self.may_act():
+            return True
+        class_name = str((pv.get("spec") or {}).get("storageClassName") or "")
+        started = self.clock.monotonic()
+        retry = self._dispose(pv, class_name)
+        if retry is not None:
+            return retry
+        with self._lock:
+            self._retracted.pop(name, None)
+        self.metrics.delete.labels(class_name).inc()
+        self.metrics.delete_duration.labels(class_name).observe(self.clock.monotonic() - started)
+        return False
 
     def _remove_object(self, pv: Obj, class_name: str, started: float) -> bool:
         name = str(pv["metadata"]["name"])

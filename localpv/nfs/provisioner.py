@@ -305,6 +305,20 @@ class NfsProvisioner:
                          f"directory {sub.relative!r} already existed; its contents are kept")]
         return []
 
+    # ------------------------------------------------------------------ owner
+
+    def owner(self, pv: Obj) -> ClaimIdentity | None:
+        """The claim identity the ownership record of ``pv``'s directory names (None: no readable record)."""
+        nfs = (pv.get("spec") or {}).get("nfs") or {}
+        if nfs.get("server") != self.source.server:
+            return None
+        try:
+            record = self.owners.read(self.source.subpath_of(str(nfs.get("path") or "")).parts)
+        except (PathRejected, RecordError) as err:
+            log.warning("PV %s: cannot read the ownership record of its directory: %s", pv["metadata"]["name"], err)
+            return None
+        return record.owner if record is not None else None
+
     # ------------------------------------------------------------------ delete
 
     def delete(self, pv: Obj, *, exclude: Iterable[str] = ()) -> list[Note]:
