@@ -27,6 +27,7 @@ from localpv.nfs.app import NfsOptions, NfsReplica
 from localpv.nfs.controller import ControllerSettings
 from localpv.nfs.provisioner import NfsSource
 from localpv.testing.apiserver import ApiServer, RequestRecord
+from localpv.testing.binder import PVBinder
 from localpv.testing.hostfs import LoopDevices, Mounter
 from localpv.testing.objects import claim, node
 from tests.conftest import wait_for
@@ -216,6 +217,18 @@ def test_nfs_lifecycle_needs_nothing_beyond_the_charts_rbac(charts: dict[str, In
                                and c.get("status", {}).get("phase") == "Bound" and c["spec"]["volumeName"],
                                what="claim bound")
             assert volume_entries(export) and records(export)
+            # the claimRef of its Bound PV removed by hand: the provisioner puts it back (a patch)
+            binder = next(c for c in server._controllers if isinstance(c, PVBinder))
+            binder.stop()
+            try:
+                pv = server.get("v1", "PersistentVolume", str(pv_name))
+                assert pv is not None
+                pv["spec"].pop("claimRef")
+                server.update(pv)
+                wait_for(lambda: ((server.get("v1", "PersistentVolume", str(pv_name)) or {}).get("spec") or {})
+                         .get("claimRef"), what="the claimRef put back")
+            finally:
+                binder.start()
             server.delete("v1", "PersistentVolumeClaim", "data", NAMESPACE)
             wait_for(lambda: server.get("v1", "PersistentVolume", str(pv_name)) is None, what="PV deleted")
             assert volume_entries(export) == [] and records(export) == []  # onDelete: delete
