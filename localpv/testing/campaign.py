@@ -17,7 +17,12 @@ from a generator seeded by the campaign's seed alone (the same seed, the same ki
   before the start or after it (alternately);
 * ``state-loss``   - with the agent SIGKILLed, everything in its state dir (journal.json and
   the rest) is removed; every other such cycle the Released PV of a volume its tenant just
-  left is deleted meanwhile too; the agent is started again.
+  left is deleted meanwhile too; the agent is started again;
+* ``unclaim``      - the operator "unsticks" a Bound or Released PV whose volume holds its
+  tenant's data by removing its claimRef (``kubectl patch pv --type json`` with
+  ``remove /spec/claimRef``), with the agent SIGKILLed for the while, SIGKILLed at a random
+  instant after it, or running. A Bound PV's claim stays live: its tenant holds on, and the
+  PV must be Bound to that claim again with the data intact; a Released one's tenant left.
 
 Invariants are checked on every tick (every 20 ms, during the identity changes as much
 as between them), and any violation stops the campaign with an exception naming it:
@@ -29,9 +34,12 @@ as between them), and any violation stops the campaign with an exception naming 
   (while the agent is down or starting, that is until its first pass). Such a PV counts
   as a violation only once it stayed Available over a dirty volume longer than ``grace``
   (5 s) after the agent was up - its /status counts a completed pass - or after it was
-  applied, whichever is later. The report gives the longest such exposure, in all and
-  after the agent was up;
+  applied, whichever is later. A PV the campaign unclaimed has the same window, counted
+  from the patch. The report gives the longest such exposures, in all and after the agent
+  was up;
 * ``cleaned-while-bound`` - a tenant's data is never removed while its claim is bound;
+* ``claim-kept``     - a live claim whose PV was unclaimed is Bound to it again within
+  ``grace`` of the agent being up (or of the patch, whichever is later);
 * ``eventually-clean`` - after the faults stop, every volume is offered again, empty.
 
 What the campaign did and when is written to ``campaign.log`` next to the agent's log.
@@ -75,6 +83,8 @@ import yaml
 
 from localpv.nfs.pathpattern import RESERVED_DIRECTORY
 from localpv.testing.apiserver import ApiError, ApiServer
+from localpv.testing.apiserver.patch import JSON_PATCH
+from localpv.testing.apiserver.resources import resource_for
 from localpv.testing.hostfs import Mounter
 from localpv.testing.objects import claim, node, storage_class
 
@@ -85,7 +95,7 @@ HOST_DIR = "/mnt/disks"
 ALIAS_HOST_DIR = "/mnt/disks-alias"
 FAULTS = ("drop-watches", "gone", "write-5xx", "conflicts", "latency", "restart", "lost-answers")
 #: The agent campaign's kinds of cycle, with the weight of each in the seeded draw.
-CYCLE_KINDS = {"faults": 10, "reapply-down": 3, "reapply-up": 3, "hostdir": 2, "state-loss": 3}
+CYCLE_KINDS = {"faults": 10, "reapply-down": 3, "reapply-up": 3, "hostdir": 2, "state-loss": 3, "unclaim": 3}
 #: How long a PV the campaign re-applied may stay on offer over a dirty volume once the
 #: agent is up (has completed a pass) before that counts as ``offered-dirty``. The agent
 #: retracts it in the pass after its PV watch shows it; under the campaign's own faults
@@ -93,7 +103,8 @@ CYCLE_KINDS = {"faults": 10, "reapply-down": 3, "reapply-up": 3, "hostdir": 2, "
 #: (5 requests/s, as client-go and upstream) such a pass can take a few seconds.
 REAPPLY_GRACE = 5.0
 #: Agent events counted in the report (each says one of the identity rules acted).
-AGENT_EVENTS = ("VolumeRetracted", "VolumeMoved", "JournalRecovering", "VolumeNotCleaned", "VolumeSuspect")
+AGENT_EVENTS = ("VolumeRetracted", "VolumeMoved", "JournalRecovering", "VolumeNotCleaned", "VolumeSuspect",
+                "VolumeClaimRestored")
 
 
 class Violation(AssertionError):
@@ -122,6 +133,12 @@ class CampaignReport:
     #: counted from when the agent was up (what the grace bounds).
     reapplied_offer_max: float = 0.0
     reapplied_after_up_max: float = 0.0
+    #: PVs whose claimRef the campaign removed, how many of those had a live claim that got
+    #: its PV back, and the same exposures as for re-applied PVs.
+    unclaimed: int = 0
+    claims_kept: int = 0
+    unclaimed_offer_max: float = 0.0
+    unclaimed_after_up_max: float = 0.0
     agent_events: Counter[str] = field(default_factory=Counter)
 
     def summary(self) -> str:
@@ -135,7 +152,10 @@ class CampaignReport:
                      f"to the agent's own offer), {self.host_dir_changes} hostDir changes, state dir lost "
                      f"{self.kinds['state-loss']} times ({self.lost_with_pv_deleted} with a Released PV deleted too)"
                      f"\nre-applied PVs on offer over dirty volumes: at most {self.reapplied_offer_max:.2f} s in all, "
-                     f"{self.reapplied_after_up_max:.2f} s after the agent was up; agent events: {events}")
+                     f"{self.reapplied_after_up_max:.2f} s after the agent was up"
+                     f"\n{self.unclaimed} PVs unclaimed ({self.claims_kept} live claims Bound to theirs again), "
+                     f"on offer over dirty volumes: at most {self.unclaimed_offer_max:.2f} s in all, "
+                     f"{self.unclaimed_after_up_max:.2f} s after the agent was up; agent events: {events}")
         return text
 
 
@@ -173,6 +193,8 @@ class _Volume:
     marker: Path | None = None
     since: float = 0.0
     host_dir: str = HOST_DIR
+    #: When the campaign removed the claimRef of this bound tenant's PV (None: it did not, or it is Bound again).
+    unclaimed_at: float | None = None
 
     @property
     def host_path(self) -> str:
@@ -315,6 +337,8 @@ class AgentCampaign(_Campaign):
         #: uid -> when the campaign applied that PV itself; and since when each was seen on offer dirty.
         self._reapplied: dict[str, float] = {}
         self._dirty_since: dict[str, float] = {}
+        #: uid -> when the campaign removed that PV's claimRef.
+        self._unclaimed: dict[str, float] = {}
 
     # ------------------------------------------------------------------ setup and processes
 
@@ -393,6 +417,8 @@ class AgentCampaign(_Campaign):
             self._reapply_cycle(start, end, agent_down=kind == "reapply-down")
         elif kind == "hostdir":
             self._hostdir_cycle(start, end)
+        elif kind == "unclaim":
+            self._unclaim_cycle(start, end)
         else:
             self._state_loss_cycle(start, end)
         self._run_until(end)
@@ -530,13 +556,58 @@ class AgentCampaign(_Campaign):
                 self._note(f"Released PV {left[-1]} of a dirty volume deleted too")
         self._start("agent")
 
+    def _unclaim_cycle(self, start: float, end: float) -> None:
+        """Remove the claimRef of a Bound or Released PV whose volume holds its tenant's data,
+        with the agent down meanwhile, SIGKILLed at a random instant after, or running."""
+        self._run_until(start + self.rng.uniform(0.2, 0.4) * self.cycle_seconds)
+        agent = self.rng.choice(("down", "killed", "up"))
+        if agent == "down":
+            self._kill_agent()
+
+        def unclaim() -> bool:
+            pvs = self._pvs_by_path()
+            for volume in self.rng.sample(self.volumes, k=len(self.volumes)):
+                pv = (pvs.get(volume.host_path) or [{}])[0]
+                if volume.state in ("bound", "released") and os.listdir(volume.path) and \
+                        pv.get("status", {}).get("phase") in ("Bound", "Released") and pv["spec"].get("claimRef"):
+                    return self._unclaim(volume, pv, agent)
+            return False
+
+        if not unclaim() and not self._run_until(end + 20, unclaim):
+            raise Violation("campaign", "no Bound or Released PV over a dirty volume to unclaim within 20 s")
+        if agent == "down":
+            self._run_for(self.rng.uniform(0.2, 1.0))  # on offer with no agent to act on it
+            self._start("agent")
+        elif agent == "killed":
+            self._run_for(self.rng.uniform(0.0, 1.5))
+            self._kill_agent()
+            self._start("agent")
+
+    def _unclaim(self, volume: _Volume, pv: dict[str, Any], agent: str) -> bool:
+        """``kubectl patch pv --type json`` removing ``/spec/claimRef`` (of that very PV)."""
+        name, uid = str(pv["metadata"]["name"]), str(pv["metadata"]["uid"])
+        ops = [{"op": "test", "path": "/metadata/uid", "value": uid}, {"op": "remove", "path": "/spec/claimRef"}]
+        try:
+            self.server.store.patch(resource_for("v1", "PersistentVolume"), None, name, JSON_PATCH,
+                                    json.dumps(ops).encode())
+        except ApiError as err:  # gone, re-created or its claimRef already off since the list
+            self._note(f"unclaiming PV {name} (uid {uid}) of {volume.host_path} failed: {err}")
+            return False
+        self._unclaimed[uid] = time.monotonic()
+        self.report.unclaimed += 1
+        if volume.state == "bound":
+            volume.unclaimed_at = self._unclaimed[uid]
+        self._note(f"PV {name} (uid {uid}) of {volume.host_path} ({volume.state}, claim {volume.claim_name}, "
+                   f"holds {os.listdir(volume.path)}) unclaimed, agent {agent}")
+        return True
+
     def _release(self, volume: _Volume) -> None:
         try:
             self.server.delete("v1", "PersistentVolumeClaim", volume.claim_name, "default")
         except ApiError as err:
             if err.code != 404:
                 raise
-        volume.state, volume.marker = "released", None
+        volume.state, volume.marker, volume.unclaimed_at = "released", None, None
 
     def _delete_pv(self, name: str) -> None:
         try:
@@ -572,6 +643,8 @@ class AgentCampaign(_Campaign):
                 continue
             per_volume.setdefault(volume.index, []).extend(f"{p['metadata']['name']} ({path})" for p in items)
             for pv in items:
+                if pv["spec"].get("claimRef"):  # the agent or the PV controller gave it a claimRef again
+                    self._unclaimed.pop(str(pv["metadata"]["uid"]), None)
                 if pv.get("status", {}).get("phase") == "Available":
                     self._check_offer(volume, pv, now)
         for names in per_volume.values():
@@ -581,26 +654,35 @@ class AgentCampaign(_Campaign):
 
     def _check_offer(self, volume: _Volume, pv: dict[str, Any], now: float) -> None:
         """An Available PV must offer an empty volume. The one exception is a PV the campaign
-        applied itself: it is on offer from the moment it is applied until the agent acts, so it
-        is a violation only once it stayed on offer dirty ``grace`` seconds after the agent was up."""
+        applied itself (or unclaimed): it is on offer from the moment it is applied until the agent
+        acts, so it is a violation only once it stayed on offer dirty ``grace`` seconds after the
+        agent was up."""
         uid = str(pv["metadata"]["uid"])
         left = os.listdir(volume.path)
         if not left:
             return
-        applied = self._reapplied.get(uid)
+        unclaimed = uid in self._unclaimed
+        applied = self._unclaimed.get(uid) if unclaimed else self._reapplied.get(uid)
         if applied is None:
             raise Violation("offered-dirty", f"{pv['spec']['local']['path']} offered as {pv['metadata']['name']} "
                                              f"(uid {uid}) still holds {left}")
+        r = self.report
         since = self._dirty_since.setdefault(uid, now)
-        self.report.reapplied_offer_max = max(self.report.reapplied_offer_max, now - since)
+        if unclaimed:
+            r.unclaimed_offer_max = max(r.unclaimed_offer_max, now - since)
+        else:
+            r.reapplied_offer_max = max(r.reapplied_offer_max, now - since)
         if self._agent_up_at is None:
             return  # nobody to retract it yet: the residual window the docstring names
         exposure = now - max(applied, self._agent_up_at)
-        self.report.reapplied_after_up_max = max(self.report.reapplied_after_up_max, exposure)
+        if unclaimed:
+            r.unclaimed_after_up_max = max(r.unclaimed_after_up_max, exposure)
+        else:
+            r.reapplied_after_up_max = max(r.reapplied_after_up_max, exposure)
         if exposure > self.grace:
-            raise Violation("offered-dirty", f"{pv['spec']['local']['path']}: PV {pv['metadata']['name']} re-applied "
-                                             f"as uid {uid} is still on offer over {left} {exposure:.1f} s after "
-                                             "the agent was up")
+            raise Violation("offered-dirty", f"{pv['spec']['local']['path']}: PV {pv['metadata']['name']} "
+                                             f"{'unclaimed' if unclaimed else 're-applied as'} uid {uid} is still on "
+                                             f"offer over {left} {exposure:.1f} s after the agent was up")
 
     def _tick(self) -> None:
         pvs = self._check()
@@ -613,9 +695,12 @@ class AgentCampaign(_Campaign):
         uid = (pv or {}).get("metadata", {}).get("uid", "")
         if volume.state == "bound" and volume.marker is not None and not volume.marker.exists():
             raise Violation("cleaned-while-bound", f"{volume.host_path}: data of {volume.claim_name} vanished")
+        if volume.state == "bound" and volume.unclaimed_at is not None:
+            self._await_claim_kept(volume, pv)
+            return
         if volume.state in ("idle", "released") and phase == "Available" and uid != volume.last_uid:
             if os.listdir(volume.path):
-                return  # a re-applied PV within its grace (anything else raised in _check)
+                return  # a re-applied or unclaimed PV within its grace (anything else raised in _check)
             volume.last_uid, volume.state = uid, "idle"
             self._claim(volume)
         elif volume.state == "claimed" and phase == "Bound" and \
@@ -626,6 +711,29 @@ class AgentCampaign(_Campaign):
             self.report.tenants += 1
         elif volume.state == "bound" and time.monotonic() - volume.since > self.rng.uniform(0.1, 0.6):
             self._release(volume)
+
+    def _await_claim_kept(self, volume: _Volume, pv: dict[str, Any] | None) -> None:
+        """A tenant whose PV the campaign unclaimed holds on until its claim is Bound to that
+        PV again (its data checked by ``cleaned-while-bound``); ``claim-kept`` otherwise."""
+        assert volume.unclaimed_at is not None
+        pvc = self.server.get("v1", "PersistentVolumeClaim", volume.claim_name, "default") or {}
+        ref = (pv or {}).get("spec", {}).get("claimRef") or {}
+        if (pv or {}).get("status", {}).get("phase") == "Bound" and ref.get("name") == volume.claim_name and \
+                ref.get("uid") == pvc.get("metadata", {}).get("uid") and \
+                pvc.get("status", {}).get("phase") == "Bound" and \
+                pvc.get("spec", {}).get("volumeName") == (pv or {}).get("metadata", {}).get("name"):
+            volume.unclaimed_at, volume.since = None, time.monotonic()
+            self.report.claims_kept += 1
+            return
+        if self._agent_up_at is None:
+            return
+        waited = time.monotonic() - max(volume.unclaimed_at, self._agent_up_at)
+        if waited > self.grace:
+            raise Violation("claim-kept", f"{volume.host_path}: live claim {volume.claim_name} "
+                                          f"({pvc.get('status', {}).get('phase')}) not Bound to its PV again "
+                                          f"{waited:.1f} s after the agent was up; PV: "
+                                          f"{(pv or {}).get('metadata', {}).get('name')} "
+                                          f"{(pv or {}).get('status', {}).get('phase')} claimRef {ref or None}")
 
     def _claim(self, volume: _Volume) -> None:
         self._claims += 1
@@ -644,7 +752,9 @@ class AgentCampaign(_Campaign):
             for volume in self.volumes:
                 pv = (pvs.get(volume.host_path) or [{}])[0]
                 phase = pv.get("status", {}).get("phase")
-                if volume.state == "bound" or (volume.state == "claimed" and phase == "Bound"):
+                if volume.unclaimed_at is not None:
+                    self._advance(volume, pv or None)  # a live claim whose PV was unclaimed: Bound again first
+                elif volume.state == "bound" or (volume.state == "claimed" and phase == "Bound"):
                     self._release(volume)
                 elif volume.state == "released" and phase == "Available" and not os.listdir(volume.path):
                     volume.state, volume.last_uid = "idle", pv["metadata"]["uid"]

@@ -13,9 +13,10 @@ pytestmark = pytest.mark.root
 
 def test_agent_keeps_its_promises_under_faults_kill9_and_identity_changes(tmp_path: Path) -> None:
     """One cycle of each kind: a PV re-applied with the agent down and with it up, the
-    class's hostDir changed to an alias, the state dir lost, API faults with kill -9.
+    class's hostDir changed to an alias, the state dir lost, a PV's claimRef removed by
+    hand, API faults with kill -9.
     Every tick checks that no PV is Available over a previous tenant's data."""
-    kinds = ("reapply-down", "reapply-up", "hostdir", "state-loss", "faults")
+    kinds = ("reapply-down", "reapply-up", "hostdir", "state-loss", "unclaim", "faults")
     report = AgentCampaign(tmp_path, volumes=4, cycles=len(kinds), cycle_seconds=2.5, seed=7, forced=kinds).run()
     assert report.cycles == len(kinds)
     assert report.kinds == {kind: 1 for kind in kinds}
@@ -29,6 +30,7 @@ def test_agent_keeps_its_promises_under_faults_kill9_and_identity_changes(tmp_pa
     assert report.lost_with_pv_deleted in (0, 1)
     assert report.reapplied + report.reapply_raced == 2 and report.reapplied >= 1
     assert report.host_dir_changes == 1
+    assert report.unclaimed == 1
     assert report.tenants >= 8, "the campaign must actually exercise the lifecycle"
     assert sum(report.faults.values()) >= len(kinds)
 
