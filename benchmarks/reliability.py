@@ -59,9 +59,10 @@ def main() -> None:
     print(f"{args.what} campaign (seed {args.seed}): {report.summary()}")
     if args.what == "agent":
         print("invariants held: never two PVs for one volume (under either hostDir spelling); no PV offered over")
-        print(f"unwiped data, checked every tick (a PV the campaign re-applied itself: not for over {args.grace:g} s")
-        print("once the agent was up); no data removed while bound; every released volume cleaned and offered")
-        print("again once the faults stopped")
+        print(f"unwiped data, checked every tick (a PV the campaign re-applied or unclaimed itself: not for over "
+              f"{args.grace:g} s")
+        print("once the agent was up); no data removed while bound; a live claim whose PV was unclaimed is Bound to")
+        print("it again; every released volume cleaned and offered again once the faults stopped")
     else:
         print("invariants held: one PV per claim; no hostile claim got a PV; nothing outside the export changed;")
         print("every live claim Bound with its directory; no PV or volume directory left after deletion")
