@@ -36,6 +36,8 @@ from typing import Any
 
 import yaml
 
+from tools import write_or_check
+
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "helm" / "localpv"
 README = CHART / "README.md"
@@ -489,15 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     current = README.read_text(encoding="utf-8") if README.exists() else ""
-    if args.check:
-        if current != text:
-            print(f"{README.relative_to(REPO)} is stale: run {COMMAND}", file=sys.stderr)
-            return 1
-        return 0
-    if current != text:
-        README.write_text(text, encoding="utf-8")
-        print(f"wrote {README.relative_to(REPO)}")
-    return 0
+    return write_or_check(README, text, current, check=args.check, repo=REPO, command=COMMAND)
 
 
 if __name__ == "__main__":

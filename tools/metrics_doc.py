@@ -24,6 +24,8 @@ from typing import Any, cast
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
+from tools import write_or_check
+
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "metrics.md"
 COMMAND = "python3 -m tools.metrics_doc"
@@ -195,15 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    if args.check:
-        if text != current:
-            print(f"{DOC.relative_to(REPO)} is stale: run {COMMAND}", file=sys.stderr)
-            return 1
-        return 0
-    if text != current:
-        DOC.write_text(text, encoding="utf-8")
-        print(f"wrote {DOC.relative_to(REPO)}")
-    return 0
+    return write_or_check(DOC, text, current, check=args.check, repo=REPO, command=COMMAND)
 
 
 if __name__ == "__main__":
