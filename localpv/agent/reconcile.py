@@ -216,6 +216,19 @@ def pv_is_claimed(pv: Obj) -> bool:
     return bool((pv.get("spec") or {}).get("claimRef")) or pv_phase(pv) in ("Bound", "Released")
 
 
+#: The PV controller's mark on a PV it bound to a claim. It stays when the claimRef is
+#: removed by hand, and the controller deletes it itself when it rolls back a bind it made.
+BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
+#: How long an unclaimed PV used by a claim the agent cannot name is left for that claim
+#: to be bound back to (two of the PV controller's 15 s resyncs) before it is retracted.
+UNKNOWN_CLAIM_GRACE = 30.0
+
+
+def pv_was_bound(pv: Obj) -> bool:
+    """The PV controller bound it to a claim at some time (see :data:`BOUND_BY_CONTROLLER`)."""
+    return BOUND_BY_CONTROLLER in (pv_meta(pv).get("annotations") or {})
+
+
 def pv_on_offer(pv: Obj) -> bool:
     """Any claim may bind it now: no claimRef at all, not Bound or Released, not being deleted.
 
@@ -351,6 +364,14 @@ def _track_usage_of(
     claim_name = pv_claim_name(pv)
     if own and entry.state in DIRTY and pv_on_offer(pv):
         _unclaimed_while_dirty(world, journal, out, path, entry, pv)
+    elif own and entry.state == OFFERED and pv_on_offer(pv) and pv_was_bound(pv):
+        # Bound, used and unclaimed all between two passes (or while the agent was down):
+        # the journal never saw the claim, but the PV controller's mark says there was one.
+        _set(journal, out, path, replace(entry, state=USED, since=world.now, claim="", claim_name=""))
+        out.events.append(EventSpec(pv, WARNING, "VolumeUseUnseen",
+                                    f"PV is on offer but was bound to a claim the agent never saw (its claimRef "
+                                    f"was removed): volume {path} may hold that claim's data. It is taken back "
+                                    f"and cleaned unless a claim is bound to it within {UNKNOWN_CLAIM_GRACE:.0f} s"))
     elif entry.state == OFFERED and pv_is_claimed(pv):
         _set(journal, out, path, replace(entry, state=USED, since=world.now, claim=claim, claim_name=claim_name))
     elif entry.state == CLEAN and (pv_phase(pv) != "Released" or _new_claim(pv, entry)):
@@ -418,7 +439,9 @@ def _unclaimed_while_dirty(
       So the claimRef the journal recorded is put back (same preconditions): a live claim
       is Bound again, as the PV controller itself would do; a claim that is gone makes the
       PV Released, and the ordinary reclaim cleans it before it is offered again. A record
-      that does not know the claim's name (written by an older agent) is retracted instead.
+      that does not know the claim's name (an older agent's, or a use the agent only knows
+      from the PV controller's mark) is retracted instead, once the claim, if it still
+      exists, had :data:`UNKNOWN_CLAIM_GRACE` to be bound back.
     * ``Retain``: the data is kept on purpose, and an operator who clears the claimRef of a
       Retain PV usually means to hand that data to a new claim (upstream's documented way
       to reuse a retained volume). The PV is left on offer, the journal keeps saying the
@@ -445,6 +468,11 @@ def _unclaimed_while_dirty(
                                          "not cleaned): it is put back, so the PV is not offered to another claim; "
                                          "it is Bound again if that claim still exists, or Released and cleaned "
                                          "before it is offered again"))
+        return
+    if entry.state == USED and world.now - entry.since < UNKNOWN_CLAIM_GRACE:
+        # No claim name to put back. If the claim still exists, the PV controller binds the
+        # PV back to it at its next resync; retracting first would make that claim Lost and
+        # wipe its volume. After the grace, nobody came back for it: retract.
         return
     if entry.state != CLEANING:
         _set(journal, out, path, entry.with_state(CLEANING, world.now))

@@ -270,3 +270,46 @@ def test_story_unclaimed_pv_is_never_left_on_offer_dirty_and_a_live_claim_keeps_
     assert "/mnt/disks/v1" not in sim.dirty
     assert [p["status"]["phase"] for p in sim.api.values()] == ["Available"]
     assert sim.journal["/mnt/disks/v1"].state in (OFFERED, CLEAN)
+
+
+# --------------------------------------------------------------------------- a use the agent never saw
+
+
+def marked(pv: dict) -> dict:
+    """The PV controller's mark of a past bind, left on a PV whose claimRef was removed."""
+    pv = copy.deepcopy(pv)
+    pv["metadata"].setdefault("annotations", {})["pv.kubernetes.io/bound-by-controller"] = "yes"
+    return pv
+
+
+def test_an_offered_pv_the_controller_had_bound_is_recorded_as_used() -> None:
+    """Offered, bound, written, released and unclaimed between two passes: the journal says
+    offered, but the PV controller's mark says a claim had it (found by the campaign)."""
+    result = plan(world_with(marked(unclaimed()), jentry(OFFERED)))
+    assert result.journal[PATH] == jentry(USED, since=NOW, claim="", claim_name="")
+    [event] = [e for e in result.events if e.reason == "VolumeUseUnseen"]
+    assert event.type == WARNING
+    assert result.retracts == [] and result.creates == [] and result.cleanups == []
+
+
+def test_an_offered_pv_never_bound_is_trusted() -> None:
+    result = plan(world_with(unclaimed(), jentry(OFFERED)))
+    assert PATH not in result.journal and result.retracts == [] and result.events == []
+
+
+def test_a_use_without_a_claim_name_waits_for_the_pv_controller_then_is_retracted() -> None:
+    """A live claim is bound back by the PV controller at its resync: retracting first would
+    make it Lost and wipe its volume. Nobody back after the grace: retract, then clean."""
+    pv = marked(unclaimed())
+    waiting = plan(world_with(pv, jentry(USED, since=NOW - 10, claim="", claim_name="")))
+    assert waiting.retracts == [] and waiting.restores == [] and waiting.creates == []
+    late = plan(world_with(pv, jentry(USED, since=NOW - 31, claim="", claim_name="")))
+    assert [r.pv for r in late.retracts] == [pv]
+    assert late.journal[PATH].state == CLEANING
+
+
+def test_a_claim_bound_to_it_during_the_grace_keeps_it() -> None:
+    bound = marked(make_pv("vol1", phase="Bound", uid="uid-1"))
+    result = plan(world_with(bound, jentry(USED, since=NOW - 10, claim="", claim_name="")))
+    assert result.retracts == [] and result.cleanups == []
+    assert result.journal.get(PATH, jentry(USED)).state == USED
