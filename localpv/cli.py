@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -19,6 +18,7 @@ from click.core import ParameterSource
 
 from localpv import __version__
 from localpv.kube.ratelimit import AGENT_RATE, CONTROLLER_RATE, rate_limiter
+from localpv.naming import DNS1123_LABEL_RE, DNS1123_SUBDOMAIN_RE, QUALIFIED_NAME_RE
 
 if TYPE_CHECKING:
     import socket
@@ -128,10 +128,6 @@ def _bad_parameter(ctx: click.Context, param: click.Parameter, value: object, pr
 
 # --------------------------------------------------------------------------- Kubernetes names
 
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL)
-_DNS1123_SUBDOMAIN_RE = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
-_QUALIFIED_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _SUBDOMAIN_RULE = 'a DNS-1123 subdomain: lowercase letters, digits, "-" and ".", starting and ending with a ' \
                   "letter or digit, at most 253 characters"
 _LABEL_RULE = 'a DNS-1123 label: lowercase letters, digits and "-", starting and ending with a letter or ' \
@@ -147,7 +143,7 @@ def _subdomain_problem(value: str, what: str) -> str | None:
         return f"expected {what}, found an empty value"
     if len(value) > 253:
         return f"expected {what} of at most 253 characters, found {len(value)} characters"
-    if not _DNS1123_SUBDOMAIN_RE.fullmatch(value):
+    if not DNS1123_SUBDOMAIN_RE.fullmatch(value):
         return f"expected {what} ({_SUBDOMAIN_RULE}), found {_quote(value)}"
     return None
 
@@ -163,7 +159,7 @@ def namespace_problem(name: str) -> str | None:
         return "expected a namespace, found an empty value"
     if len(name) > 63:
         return f"expected a namespace of at most 63 characters, found {len(name)} characters"
-    if not _DNS1123_LABEL_RE.fullmatch(name):
+    if not DNS1123_LABEL_RE.fullmatch(name):
         return f"expected a namespace ({_LABEL_RULE}), found {_quote(name)}"
     return None
 
@@ -186,21 +182,21 @@ def provisioner_name_problem(name: str, *, leader_election: bool) -> str | None:
         prefix = parts[0]
         if not prefix:
             return f'{expected}, found an empty prefix before "/"'
-        if len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
+        if len(prefix) > 253 or not DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
             return f"{expected}, whose prefix is {_SUBDOMAIN_RULE}; found prefix {_quote(prefix)}"
     last = parts[-1]
     if not last:
         return f"{expected}, found an empty name part"
     if len(last) > 63:
         return f"{expected}, whose name part has at most 63 characters; found {len(last)} characters"
-    if not _QUALIFIED_NAME_RE.fullmatch(last):
+    if not QUALIFIED_NAME_RE.fullmatch(last):
         return f'{expected}, whose name part has letters, digits, "-", "_" and ".", starting and ending with a ' \
                f"letter or digit; found {_quote(name.rsplit('/', maxsplit=1)[-1])}"
     if leader_election:
         from localpv.kube.leader import lock_name
 
         lease = lock_name(name)
-        if len(lease) > 253 or not _DNS1123_SUBDOMAIN_RE.fullmatch(lease):
+        if len(lease) > 253 or not DNS1123_SUBDOMAIN_RE.fullmatch(lease):
             found = ("uppercase letters" if lease != lease.lower() else '"_"' if "_" in lease
                      else f"{len(lease)} characters" if len(lease) > 253 else _quote(lease))
             return (f"expected a name that can also name the leader election Lease {_quote(lease)}, which must be "

@@ -33,6 +33,7 @@ from typing import Any, BinaryIO
 import yaml
 
 from localpv.glob import BadPatternError, NamePattern
+from localpv.naming import DNS1123_SUBDOMAIN_RE, QUALIFIED_NAME_RE
 
 DEFAULT_CONFIG_DIR = "/etc/provisioner/config"
 DEFAULT_BLOCK_CLEANER = ("/scripts/quick_reset.sh",)
@@ -162,9 +163,6 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_RE = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
-_LABEL_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _SUBDOMAIN_RULE = ('a DNS-1123 subdomain: lowercase letters, digits, "-" and ".", starting and ending with a '
                    "letter or digit, at most 253 characters")
 _LABEL_KEY_RULE = ('a label key: an optional DNS-1123 subdomain prefix (at most 253 characters) and "/", then a '
@@ -179,7 +177,7 @@ def _subdomain_problem(text: str) -> str | None:
         return "an empty name"
     if len(text) > 253:
         return f"{len(text)} characters"
-    if not _DNS1123_SUBDOMAIN_RE.fullmatch(text):
+    if not DNS1123_SUBDOMAIN_RE.fullmatch(text):
         return _quote(text)
     return None
 
@@ -187,9 +185,9 @@ def _subdomain_problem(text: str) -> str | None:
 def label_key_problem(key: str) -> str | None:
     """Why ``key`` cannot be a Kubernetes label key (as the API server validates it), or None."""
     prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix)):
+    if slash and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN_RE.fullmatch(prefix)):
         return f"expected {_LABEL_KEY_RULE}; found prefix {_quote(prefix)}"
-    if not name or len(name) > 63 or not _LABEL_NAME_RE.fullmatch(name):
+    if not name or len(name) > 63 or not QUALIFIED_NAME_RE.fullmatch(name):
         found = f"a name of {len(name)} characters" if len(name) > 63 else f"name {_quote(name)}"
         return f"expected {_LABEL_KEY_RULE}; found {found}"
     return None
@@ -197,7 +195,7 @@ def label_key_problem(key: str) -> str | None:
 
 def label_value_problem(value: str) -> str | None:
     """Why ``value`` cannot be a Kubernetes label value, or None."""
-    if value and (len(value) > 63 or not _LABEL_NAME_RE.fullmatch(value)):
+    if value and (len(value) > 63 or not QUALIFIED_NAME_RE.fullmatch(value)):
         found = f"{len(value)} characters" if len(value) > 63 else _quote(value)
         return f"expected {_LABEL_VALUE_RULE}; found {found}"
     return None

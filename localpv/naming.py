@@ -11,6 +11,13 @@ from __future__ import annotations
 import hashlib
 import re
 
+#: Kubernetes name syntax (apimachinery's validation), one copy for the CLI and the config
+#: checks: a DNS-1123 label, a DNS-1123 subdomain, and a qualified name's name part (also
+#: the syntax of a label value). Use with ``fullmatch``.
+DNS1123_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1123_SUBDOMAIN_RE = re.compile(rf"{DNS1123_LABEL_RE.pattern}(\.{DNS1123_LABEL_RE.pattern})*")
+QUALIFIED_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
 FNV32_OFFSET = 0x811C9DC5
 FNV32_PRIME = 0x01000193
 

@@ -474,11 +474,10 @@ def _unclaimed_while_dirty(
         # PV back to it at its next resync; retracting first would make that claim Lost and
         # wipe its volume. After the grace, nobody came back for it: retract.
         return
-    if entry.state != CLEANING:
-        _set(journal, out, path, entry.with_state(CLEANING, world.now))
-    out.retracts.append(RetractPV(pv, path, f"PV (uid {uid}) was put on offer (its claimRef was removed) while its "
-                                            f"volume {path} was {entry.state} and may hold data of {previous}; it "
-                                            "is deleted and offered again once the volume is cleaned"))
+    _retract(world, journal, out, path, entry, pv,
+             f"PV (uid {uid}) was put on offer (its claimRef was removed) while its volume {path} was "
+             f"{entry.state} and may hold data of {previous}; it is deleted and offered again once the volume is "
+             "cleaned")
 
 
 def _track_stranger(
@@ -509,11 +508,19 @@ def _track_stranger(
                                     f"volume was {entry.state} and it was claimed before it could be cleaned: it "
                                     f"may hold data of {previous}"))
         return
+    _retract(world, journal, out, path, entry, pv,
+             f"PV was re-created (uid {uid}, was {entry.pv_uid}) while its volume {path} was {entry.state}; it is "
+             "deleted and offered again once the volume is cleaned")
+
+
+def _retract(
+    world: World, journal: dict[str, JournalEntry], out: Plan, path: str, entry: JournalEntry, pv: Obj, reason: str
+) -> None:
+    """Delete a PV that offers a volume not known clean; the record says the volume must be
+    cleaned, so the next PV for it comes only after a successful cleanup."""
     if entry.state != CLEANING:
         _set(journal, out, path, entry.with_state(CLEANING, world.now))
-    out.retracts.append(RetractPV(pv, path, f"PV was re-created (uid {uid}, was {entry.pv_uid}) while its volume "
-                                            f"{path} was {entry.state}; it is deleted and offered again once the "
-                                            "volume is cleaned"))
+    out.retracts.append(RetractPV(pv, path, reason))
 
 
 def _new_claim(pv: Obj, entry: JournalEntry) -> bool:

@@ -390,22 +390,22 @@ class AgentCampaign(_Campaign):
         proc = self._procs.get("agent")
         if self._agent_up_at is not None or proc is None or proc.poll() is not None:
             return
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self._port}/status", timeout=0.5) as response:
-                passes = int(json.loads(response.read()).get("passes") or 0)
-        except (OSError, ValueError, AttributeError):
-            return
-        if passes > 0:
+        if int(self._agent_status().get("passes") or 0) > 0:
             self._agent_up_at = time.monotonic()
             self._note("agent up (first pass done)")
 
-    def _journal_states(self) -> dict[str, str]:
-        """The running agent's journal state of each volume (host path), from its /status."""
+    def _agent_status(self) -> dict[str, Any]:
+        """The running agent's /status document; empty when it does not answer (yet)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self._port}/status", timeout=0.5) as response:
-                volumes = json.loads(response.read()).get("volumes") or []
-        except (OSError, ValueError, AttributeError):
+                doc = json.loads(response.read())
+        except (OSError, ValueError):
             return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def _journal_states(self) -> dict[str, str]:
+        """The running agent's journal state of each volume (host path), from its /status."""
+        volumes = self._agent_status().get("volumes") or []
         return {str(v.get("path")): str(v.get("journal") or "") for v in volumes if isinstance(v, dict)}
 
     # ------------------------------------------------------------------ cycles

@@ -32,7 +32,7 @@ class SelectorError(ValueError):
 
 
 _NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _NAME_PART_MSG = (
     "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
     "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
@@ -68,7 +68,7 @@ def qualified_name_problems(key: str) -> list[str]:
             problems.append("prefix part must be non-empty")
         elif len(prefix) > 253:
             problems.append("prefix part must be no more than 253 bytes")
-        elif not _DNS1123_SUBDOMAIN.match(prefix):
+        elif not DNS1123_SUBDOMAIN.match(prefix):
             problems.append(_PREFIX_MSG)
     if not name:
         problems.append("name part must be non-empty")

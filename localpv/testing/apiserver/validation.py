@@ -9,7 +9,7 @@ from typing import Any
 
 from localpv.testing.apiserver.resources import Obj, ResourceType
 from localpv.testing.binder import QuantityError, parse_quantity
-from localpv.testing.selectors import label_value_problems, qualified_name_problems
+from localpv.testing.selectors import DNS1123_SUBDOMAIN, label_value_problems, qualified_name_problems
 
 
 def _show(value: Any) -> str:
@@ -69,7 +69,6 @@ class FieldErrors:
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _SUBDOMAIN_MSG = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
@@ -97,7 +96,7 @@ def name_problems(name: str, rule: str) -> list[str]:
     if rule == "subdomain":
         if len(name) > 253:
             return ["must be no more than 253 characters"]
-        return [] if _DNS1123_SUBDOMAIN.match(name) else [_SUBDOMAIN_MSG]
+        return [] if DNS1123_SUBDOMAIN.match(name) else [_SUBDOMAIN_MSG]
     pattern, msg = (_DNS1035_LABEL, _DNS1035_MSG) if rule == "dns1035" else (_DNS1123_LABEL, _LABEL_MSG)
     if len(name) > 63:
         return ["must be no more than 63 characters"]
