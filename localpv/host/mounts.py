@@ -167,7 +167,7 @@ def fd_mount_id(fd: int) -> int:
 
 
 class FilesystemTypes:
-    """The filesystem type of the mount an open descriptor is on, by mount id.
+    """The filesystem type (and the whole mount entry) of the mount an open descriptor is on, by mount id.
 
     The table is read on first use and re-read once when an id is missing (a mount made after
     the read), so one scan reads it once however many mount points it classifies. The ids are
@@ -177,16 +177,20 @@ class FilesystemTypes:
 
     def __init__(self, path: str = PROC_MOUNTINFO) -> None:
         self._path = path
-        self._types: dict[int, str] | None = None
+        self._mounts: dict[int, MountInfo] | None = None
 
     def of_fd(self, fd: int) -> str:
         """The type of the mount ``fd`` is on; ``OSError`` when it cannot be told."""
+        return self.mount_of_fd(fd).fs_type
+
+    def mount_of_fd(self, fd: int) -> MountInfo:
+        """The mount ``fd`` is on (device, root, type, options); ``OSError`` when it cannot be told."""
         mount_id = fd_mount_id(fd)
         for reread in (False, True):
-            if self._types is None or reread:
-                self._types = {m.mount_id: m.fs_type for m in read_mountinfo(self._path)}
-            if mount_id in self._types:
-                return self._types[mount_id]
+            if self._mounts is None or reread:
+                self._mounts = {m.mount_id: m for m in read_mountinfo(self._path)}
+            if mount_id in self._mounts:
+                return self._mounts[mount_id]
         raise OSError(errno.ENOENT, f"mount {mount_id} is not in {self._path}")
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from localpv.config import normalise_dir, system_directory_refusal
 from localpv.host.block import block_device_size
 from localpv.host.capacity import filesystem_capacity
+from localpv.host.identity import Identity, IdentityReader, default_identity_reader, device_name
 from localpv.host.mounts import PSEUDO_FILESYSTEMS, FilesystemTypes, MountInfo, read_mountinfo
 from localpv.host.probes import StorageHung, StorageProbes, default_probes
 
@@ -27,6 +28,10 @@ __all__ = ["HUNG_STORAGE", "Entry", "EntryKind", "ScanError", "scan_directory"]
 #: In every reason given for storage that does not answer (hung entries, hung discovery
 #: dirs), so that logs, events and alerts can be matched on it.
 HUNG_STORAGE = "hung storage"
+
+
+#: The identity of an entry that is no volume, or of one looked at without reading identities.
+NO_IDENTITY = Identity("", "not read")
 
 
 class EntryKind(enum.Enum):
@@ -57,6 +62,12 @@ class Entry:
     point ``fs:<st_dev>:<st_ino>`` of its root, for a block device ``blk:<major>:<minor>``.
     Two paths with one ident are one volume (a hostDir alias, a second symlink), so the
     journal records it and refuses to offer a volume it knows as dirty under another name.
+    Those numbers are the kernel's of this boot: ``identity`` is what survives a reboot
+    (filesystem UUID, WWN...; see :mod:`localpv.host.identity`), empty for volatile volumes.
+
+    ``read_only`` and ``fs_errors`` are what the volume health check reads: the mount (or the
+    block device) is read-only, and ext4's count of errors met since the filesystem was made
+    (``/sys/fs/ext4/<dev>/errors_count``; None where the kernel keeps no such count).
     """
 
     name: str
@@ -66,6 +77,11 @@ class Entry:
     reason: str | None = None
     device: int | None = None
     ident: str | None = None
+    identity: Identity = NO_IDENTITY
+    read_only: bool = False
+    fs_errors: int | None = None
+    #: The block device the volume is on (or is) is gone from the kernel (a disk pulled while mounted).
+    device_missing: bool = False
 
 
 class ScanError(Exception):
@@ -87,6 +103,7 @@ def scan_directory(
     *,
     probes: StorageProbes | None = None,
     timeout: float | None = None,
+    identities: IdentityReader | None = None,
 ) -> list[Entry]:
     """Classify every first-level entry of ``mount_dir``, sorted by name.
 
@@ -110,6 +127,7 @@ def scan_directory(
     symlink on the node), raises :class:`ScanError`.
     """
     probes = probes or default_probes()
+    identities = identities or default_identity_reader()
     mounts = _TopMounts()
     try:
         real_dir, names = probes.run(f"dir:{mount_dir}", functools.partial(_list, mount_dir), timeout=timeout,
@@ -127,7 +145,7 @@ def scan_directory(
         listed = path in mount_points or real in mount_points
         key = f"entry:{path}"
         paths[key] = (path, real)
-        calls.append((key, functools.partial(_classify, name, path, listed, fs_types)))
+        calls.append((key, functools.partial(_classify, name, path, listed, fs_types, identities)))
     outcomes = probes.run_all(calls, timeout=timeout, signature=lambda key: mounts.signature(*paths[key]))
     entries = []
     for name, (key, _), outcome in zip(names, calls, outcomes, strict=True):
@@ -183,7 +201,7 @@ def _resolve_discovery_dir(mount_dir: str) -> str:
     return real_dir
 
 
-def _classify(name: str, path: str, listed: bool, fs_types: FilesystemTypes) -> Entry:
+def _classify(name: str, path: str, listed: bool, fs_types: FilesystemTypes, identities: IdentityReader) -> Entry:
     """Classify one entry, following symlinks as upstream does (a by-id link is a device).
 
     ``listed``: the entry's path is in the mount table. The entry is opened once (``O_PATH``:
@@ -201,11 +219,14 @@ def _classify(name: str, path: str, listed: bool, fs_types: FilesystemTypes) -> 
             return Entry(name, path, EntryKind.BROKEN, reason=f'cannot stat "{path}": {e.strerror}')
         if stat.S_ISBLK(st.st_mode):
             capacity, reason = _measure(block_device_size, path)
+            major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
             return Entry(name, path, EntryKind.BLOCK, capacity, reason, device=st.st_rdev,
-                         ident=f"blk:{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}")
+                         ident=f"blk:{major}:{minor}", identity=identities.block(st.st_rdev),
+                         read_only=_sys_flag(f"/sys/dev/block/{major}:{minor}/ro"),
+                         device_missing=not os.path.exists(f"/sys/dev/block/{major}:{minor}"))
         if stat.S_ISDIR(st.st_mode):
             if listed:
-                return _mount_point(name, path, fd, st, fs_types)
+                return _mount_point(name, path, fd, st, fs_types, identities)
             # Upstream's wording; its e2e test greps the log for it.
             return Entry(name, path, EntryKind.DIRECTORY, reason=f'path "{path}" is not a valid mount point')
         return Entry(name, path, EntryKind.OTHER,
@@ -214,18 +235,51 @@ def _classify(name: str, path: str, listed: bool, fs_types: FilesystemTypes) -> 
         os.close(fd)
 
 
-def _mount_point(name: str, path: str, fd: int, st: os.stat_result, fs_types: FilesystemTypes) -> Entry:
+def _mount_point(name: str, path: str, fd: int, st: os.stat_result, fs_types: FilesystemTypes,
+                 identities: IdentityReader) -> Entry:
     """A mount point: a Filesystem volume, unless it is a kernel filesystem or cannot be told."""
     try:
-        fs_type = fs_types.of_fd(fd)
+        mount = fs_types.mount_of_fd(fd)
     except OSError as e:
         return Entry(name, path, EntryKind.BROKEN,
                      reason=f'cannot tell which filesystem "{path}" is: {e.strerror or e}')
-    if fs_type in PSEUDO_FILESYSTEMS:
-        return Entry(name, path, EntryKind.PSEUDOFS, reason=f'path "{path}" is a {fs_type} filesystem, not a volume')
+    if mount.fs_type in PSEUDO_FILESYSTEMS:
+        return Entry(name, path, EntryKind.PSEUDOFS,
+                     reason=f'path "{path}" is a {mount.fs_type} filesystem, not a volume')
     capacity, reason = _measure(filesystem_capacity, path)
     return Entry(name, path, EntryKind.MOUNTPOINT, capacity, reason, device=st.st_dev,
-                 ident=f"fs:{st.st_dev}:{st.st_ino}")
+                 ident=f"fs:{st.st_dev}:{st.st_ino}", identity=identities.filesystem(mount, fd, st),
+                 read_only=_read_only(mount), fs_errors=_ext4_errors(mount),
+                 device_missing=not mount.major_minor.startswith("0:")
+                 and not os.path.exists(f"/sys/dev/block/{mount.major_minor}"))
+
+
+def _read_only(mount: MountInfo) -> bool:
+    """The mount, or its filesystem (remounted read-only after errors), is read-only."""
+    return "ro" in mount.mount_options.split(",") or "ro" in mount.super_options.split(",")
+
+
+def _sys_flag(path: str) -> bool:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
+
+
+def _ext4_errors(mount: MountInfo) -> int | None:
+    """ext4's error count for the mount's device (``errors_count`` in sysfs), None elsewhere."""
+    if mount.fs_type not in ("ext4", "ext3", "ext2") or mount.major_minor.startswith("0:"):
+        return None
+    major, minor = (int(x) for x in mount.major_minor.split(":"))
+    name = device_name(major, minor)
+    if name is None:
+        return None
+    try:
+        with open(f"/sys/fs/ext4/{name}/errors_count", encoding="ascii") as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return None
 
 
 def _measure(measure: Callable[[str], int], path: str) -> tuple[int | None, str | None]:

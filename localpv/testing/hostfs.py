@@ -97,20 +97,45 @@ class LoopDevices:
     def __init__(self, directory: Path) -> None:
         self._dir = directory
         self._attached: list[LoopDevice] = []
+        self._images = 0
 
-    def attach(self, size: int = 8 * MiB, *, ext4: bool = False) -> LoopDevice:
-        backing = self._dir / f"loop{len(self._attached)}.img"
+    def attach(self, size: int = 8 * MiB, *, ext4: bool = False, fs: str | None = None) -> LoopDevice:
+        """A new sparse image on the first free loop device; ``fs`` (or ``ext4``) formats it."""
+        backing = self._dir / f"loop{self._images}.img"
+        self._images += 1
         with open(backing, "wb") as f:
             f.truncate(size)
-        dev = LoopDevice(sh("losetup", "--find", "--show", backing).strip(), backing, size)
-        self._attached.append(dev)
-        if ext4:
-            sh("mkfs.ext4", "-q", "-F", dev.path)
+        dev = self.attach_image(backing)
+        fs = fs or ("ext4" if ext4 else None)
+        if fs is not None:
+            mkfs(fs, dev.path)
         return dev
+
+    def attach_image(self, backing: Path, device: str | None = None) -> LoopDevice:
+        """Attach an existing image, on ``device`` (``/dev/loopN``, as a test that renumbers
+        disks needs) or on the first free one."""
+        path = sh("losetup", "--show", *((device,) if device else ("--find",)), backing).strip()
+        dev = LoopDevice(path, backing, backing.stat().st_size)
+        self._attached.append(dev)
+        return dev
+
+    @property
+    def attached(self) -> list[LoopDevice]:
+        return list(self._attached)
+
+    def detach(self, dev: LoopDevice) -> None:
+        self._attached.remove(dev)
+        sh("losetup", "-d", dev.path)
 
     def detach_all(self) -> None:
         while self._attached:
             sh("losetup", "-d", self._attached.pop().path)
+
+
+def mkfs(fs: str, device: str) -> None:
+    """Make a filesystem (ext4, xfs, btrfs) on ``device``, quietly, whatever was there."""
+    force = {"ext4": ("-q", "-F"), "xfs": ("-q", "-f"), "btrfs": ("-q", "-f")}[fs]
+    sh(f"mkfs.{fs}", *force, device)
 
 
 # ---------------------------------------------------------------- storage that never answers

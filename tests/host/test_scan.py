@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from localpv.host.identity import Identity
 from localpv.host.mounts import mount_points
 from localpv.host.scan import Entry, EntryKind, ScanError, scan_directory
 
@@ -38,14 +39,17 @@ def test_classifies_every_kind_of_entry(tmp_path: Path, mounter: Mounter, loops:
     assert [e.name for e in entries] == sorted(os.listdir(disc))
     got = by_name(entries)
     mp_st, bound_st, blk_rdev = os.stat(mp), os.stat(bound), os.stat(dev.path).st_rdev
+    tmpfs = Identity("", "volatile: tmpfs has no device to identify it by")
     assert got["mp"] == Entry("mp", str(mp), EntryKind.MOUNTPOINT, 4 * MiB, None, mp_st.st_dev,
-                              ident=f"fs:{mp_st.st_dev}:{mp_st.st_ino}")
+                              ident=f"fs:{mp_st.st_dev}:{mp_st.st_ino}", identity=tmpfs)
     # A bind mount is the directory it binds: its identity is the backing directory's.
     assert got["bound"] == Entry("bound", str(bound), EntryKind.MOUNTPOINT, 2 * MiB, None, os.stat(backing).st_dev,
-                                 ident=f"fs:{bound_st.st_dev}:{bound_st.st_ino}")
+                                 ident=f"fs:{bound_st.st_dev}:{bound_st.st_ino}", identity=tmpfs)
     assert bound_st.st_ino == os.stat(backing / "vol").st_ino
     assert got["blk"] == Entry("blk", str(disc / "blk"), EntryKind.BLOCK, 3 * MiB, None, blk_rdev,
-                               ident=f"blk:{os.major(blk_rdev)}:{os.minor(blk_rdev)}")
+                               ident=f"blk:{os.major(blk_rdev)}:{os.minor(blk_rdev)}",
+                               identity=Identity(f"blk:loop={dev.backing}:ino={os.stat(dev.backing).st_ino}",
+                                                 "loop device backing file"))
     assert got["plain"].kind is EntryKind.DIRECTORY
     assert got["plain"].reason == f'path "{disc}/plain" is not a valid mount point'
     for name in ("file", "fifo", "chardev"):
