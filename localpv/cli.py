@@ -548,10 +548,15 @@ def _wait_for_signal() -> None:
               help="Host directory for the cleanup journal (must survive pod restarts).")
 @click.option("--host-events/--no-host-events", default=True, show_default=True,
               help="React to mount and block-device events at once.")
+@click.option("--volume-health-period", default="60s", show_default=True, callback=_duration,
+              envvar="LOCALPV_VOLUME_HEALTH_PERIOD",
+              help="Longest time between two looks at the health of the volumes in use (every pass looks; mount "
+                   "and block-device events start one).")
 @_kube_api_rate_options(AGENT_RATE)
 def agent(config_path: str, node_name: str, namespace: str, job_image: str | None, kubeconfig: str | None,
           listen_address: str, metrics_path: str, discovery_period: float, config_sync_period: float,
-          state_dir: str, host_events: bool, kube_api_qps: float, kube_api_burst: int) -> None:
+          state_dir: str, host_events: bool, volume_health_period: float, kube_api_qps: float,
+          kube_api_burst: int) -> None:
     """Run the node agent (the DaemonSet entrypoint).
 
     Everything a user can get wrong is checked before any thread starts, each as one line
@@ -585,7 +590,7 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
     api = KubeApi(api_client, observer=metrics.api.observe, limiter=rate_limiter(kube_api_qps, kube_api_burst))
     options = AgentOptions(node_name=node_name, namespace=namespace, job_image=job_image, config_path=config_path,
                            discovery_period=discovery_period, config_sync_period=config_sync_period,
-                           watch_host=host_events, state_dir=state_dir)
+                           watch_host=host_events, state_dir=state_dir, volume_health_period=volume_health_period)
     node_agent = NodeAgent(api, options, loaded.config, journal, metrics=metrics)
     server = StatusServer(listener, metrics.registry, ready=node_agent.readiness, healthy=node_agent.healthy,
                           metrics_path=metrics_path, documents={"/status": node_agent.status},
@@ -634,8 +639,11 @@ def _shell_words(ctx: click.Context, param: click.Parameter, value: str | None) 
               help="Cleaner command for --device, split like a shell would (default: quick_reset.sh).")
 @click.option("--timeout", default="6h", show_default=True, callback=_duration,
               help="Give up (and kill the cleaner) after this long, a Go duration such as 30m.")
+@click.option("--expect-identity", default="", envvar="LOCALPV_EXPECT_IDENTITY",
+              help="Refuse unless the volume is this one (its filesystem UUID, WWN...: the identity `localpv "
+                   "status` shows; env LOCALPV_EXPECT_IDENTITY). The agent passes it to its cleanup Jobs.")
 def cleanup(device: str | None, directory: str | None, discovery_dirs: tuple[str, ...], config_path: str | None,
-            unsafe_any_directory: bool, command: str | None, timeout: float) -> None:
+            unsafe_any_directory: bool, command: str | None, timeout: float, expect_identity: str) -> None:
     """Wipe one volume; exit 0 only when it is verified clean (the cleanup Job entrypoint).
 
     What is not a volume is refused (exit 2, one line: the flag, what was expected, what
@@ -666,14 +674,15 @@ def cleanup(device: str | None, directory: str | None, discovery_dirs: tuple[str
     if (device is None) == (directory is None):
         raise click.UsageError("give exactly one of --device or --dir")
     if device is not None:
-        refuse("--device", device, block_device_problem(device))
+        refuse("--device", device, block_device_problem(device, expect_identity))
         argv = shlex.split(command) if command else list(DEFAULT_BLOCK_CLEANER)
-        fn = block_cleaner(device, argv, timeout=timeout, on_line=click.echo)
+        fn = block_cleaner(device, argv, timeout=timeout, on_line=click.echo, expect_identity=expect_identity)
     elif unsafe_any_directory:
         assert directory is not None
         click.echo(f"warning: --unsafe-any-directory: emptying {directory} without checking it is a volume",
                    err=True)
-        fn = filesystem_cleaner(directory, None, require_mount_point=False, timeout=timeout)
+        fn = filesystem_cleaner(directory, None, require_mount_point=False, timeout=timeout,
+                                expect_identity=expect_identity)
     else:
         assert directory is not None
         for given in discovery_dirs:
@@ -688,7 +697,7 @@ def cleanup(device: str | None, directory: str | None, discovery_dirs: tuple[str
         if home is None:
             refuse("--dir", directory, not_an_entry_problem(directory, dirs))
         assert home is not None  # refuse() exited otherwise; None would skip the cleaner's own check
-        fn = filesystem_cleaner(directory, home, timeout=timeout)
+        fn = filesystem_cleaner(directory, home, timeout=timeout, expect_identity=expect_identity)
     outcome = fn(threading.Event())
     click.echo(("clean: " if outcome.ok else "NOT clean: ") + outcome.message, err=not outcome.ok)
     sys.exit(0 if outcome.ok else 1)
@@ -744,8 +753,11 @@ def status(agent_url: str, output: str) -> None:
               help="Whether mounts reach this process through a pod volume (default: in a pod when "
                    "KUBERNETES_SERVICE_HOST is set); decides whether mount propagation matters.")
 @click.option("--no-cluster", is_flag=True, help="Check the host only (no Node, StorageClass or RBAC checks).")
+@click.option("--agent-url", default="http://127.0.0.1:8080", show_default=True, envvar="LOCALPV_AGENT_URL",
+              callback=_agent_url, help="The running agent, asked for the volumes it holds or sees unhealthy "
+                                        "(its --listen-address); not asked with --no-cluster.")
 def doctor(config_path: str, node_name: str | None, namespace: str, kubeconfig: str | None, in_pod: bool | None,
-           no_cluster: bool) -> None:
+           no_cluster: bool, agent_url: str) -> None:
     """Explain why volumes on this node do not become PVs; exit 1 when something is wrong.
 
     Run it in the agent pod (kubectl exec <pod> -- localpv doctor) or on the node with
@@ -753,8 +765,9 @@ def doctor(config_path: str, node_name: str | None, namespace: str, kubeconfig: 
     """
     import os
 
+    from localpv.agent.status import StatusUnavailable, fetch_status
     from localpv.config import ConfigError, load_config
-    from localpv.doctor import diagnose, failed, gather_cluster, gather_host, render
+    from localpv.doctor import AgentFacts, diagnose, failed, gather_cluster, gather_host, render
 
     try:
         loaded = load_config(config_path)
@@ -765,7 +778,12 @@ def doctor(config_path: str, node_name: str | None, namespace: str, kubeconfig: 
     config = loaded.config
     pod = in_pod if in_pod is not None else bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     cluster = None
+    agent = None
     if not no_cluster:
+        try:
+            agent = AgentFacts.from_status(fetch_status(agent_url, timeout=2.0))
+        except StatusUnavailable as err:
+            agent = AgentFacts(unavailable=str(err))
         if not node_name:
             raise click.UsageError("--node (or MY_NODE_NAME) is required unless --no-cluster is given")
         from localpv.kube.api import KubeApi
@@ -773,7 +791,7 @@ def doctor(config_path: str, node_name: str | None, namespace: str, kubeconfig: 
 
         api = KubeApi(_api_client_or_exit(kubeconfig), backoff=Backoff(attempts=2), user_agent="localpv-doctor")
         cluster = gather_cluster(api, config, node_name, namespace)
-    findings = diagnose(config, gather_host(config, in_pod=pod), cluster)
+    findings = diagnose(config, gather_host(config, in_pod=pod), cluster, agent)
     click.echo(render(findings), nl=False)
     sys.exit(1 if failed(findings) else 0)
 

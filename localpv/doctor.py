@@ -133,6 +133,66 @@ def check_directory(facts: ClassFacts) -> list[Finding]:
     findings = [Finding(OK, subject, f"discovery directory {cls.mount_dir} has {len(facts.entries)} entries, "
                                      f"{usable} usable as {cls.volume_mode} volumes")]
     findings += [f for f in (_entry_finding(cls, entry, facts.symlinks) for entry in facts.entries) if f is not None]
+    findings += [f for f in (_identity_finding(cls, entry) for entry in facts.entries) if f is not None]
+    return findings
+
+
+def _identity_finding(cls: ClassConfig, entry: Entry) -> Finding | None:
+    """A volume whose identity cannot be read, or that has none although it is a disk: the
+    agent cannot tell it from another disk that takes its device name after a reboot."""
+    if entry.kind not in (EntryKind.MOUNTPOINT, EntryKind.BLOCK):
+        return None
+    subject = f"class {cls.name}"
+    identity = entry.identity
+    if identity.error:
+        return Finding(ERROR, subject, f"{entry.path}: its identity cannot be read ({identity.error}): the agent "
+                                       "neither cleans nor offers it while a record of it may hold data",
+                       "mount the host's /dev (chart: mountDevVolume: true) and /run/udev (chart: "
+                       "mountUdevData: true); check the disk (dmesg)")
+    if identity.value or not entry.device or "no device" in identity.how:
+        return None  # known by what it is, or a tmpfs-like volume that does not outlive a reboot anyway
+    return Finding(WARN, subject, f"{entry.path} has no stable identity ({identity.how}): if disks are renumbered "
+                                  "at boot, the agent cannot tell it from the disk that takes its device name",
+                   "use disks that report a WWN or serial, a partition (its partition UUID identifies it), or "
+                   "for a Filesystem class a filesystem with a UUID")
+
+
+@dataclass(frozen=True)
+class AgentFacts:
+    """What the running agent reports (its ``/status``): volumes it holds and volumes not healthy."""
+
+    #: (path, why) of each volume the agent will not clean, offer or delete the PV of
+    held: tuple[tuple[str, str], ...] = ()
+    #: (path, PV, abnormal conditions) of each volume in use that is not healthy
+    unhealthy: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    #: why the agent could not be asked (not running, another address), or None
+    unavailable: str | None = None
+
+    @classmethod
+    def from_status(cls, doc: Mapping[str, Any]) -> AgentFacts:
+        volumes = doc.get("volumes") or []
+        return cls(tuple((str(v["path"]), str(v["held"])) for v in volumes if v.get("held")),
+                   tuple((str(v["path"]), str(v.get("pv") or ""), tuple(v["health"]))
+                         for v in volumes if v.get("health")))
+
+
+def check_agent(agent: AgentFacts | None) -> list[Finding]:
+    """Volumes the running agent holds (disks renumbered, swapped, replaced) or sees unhealthy."""
+    if agent is None:
+        return []
+    if agent.unavailable:
+        return [Finding(WARN, "agent", f"cannot ask the running agent: {agent.unavailable}",
+                        "run this in the agent's pod, or give --agent-url")]
+    findings = [Finding(ERROR, "identity", f"{path} is held: {why}",
+                        "mount each disk at its own path again, by UUID or WWN (e.g. UUID=... in /etc/fstab); "
+                        "`localpv status` lists the identity recorded for each path")
+                for path, why in agent.held]
+    findings += [Finding(ERROR, "health", f"{path} (PV {pv}) is not healthy: {', '.join(conditions)}",
+                         "see the VolumeConditionAbnormal event on its claim (kubectl describe pvc) and the "
+                         "runbook for each condition (docs/operations.md, \"Volume health\")")
+                 for path, pv, conditions in agent.unhealthy]
+    if not findings:
+        findings.append(Finding(OK, "agent", "no volume is held or unhealthy"))
     return findings
 
 
@@ -267,8 +327,9 @@ def check_access(cluster: ClusterFacts) -> list[Finding]:
             for a in denied]
 
 
-def diagnose(config: ProvisionerConfig, host: HostFacts, cluster: ClusterFacts | None) -> list[Finding]:
-    """Every finding, host first, then the cluster's (None: not asked)."""
+def diagnose(config: ProvisionerConfig, host: HostFacts, cluster: ClusterFacts | None,
+             agent: AgentFacts | None = None) -> list[Finding]:
+    """Every finding, host first, then the running agent's, then the cluster's (None: not asked)."""
     findings: list[Finding] = []
     if not config.classes:
         findings.append(Finding(ERROR, "config", "no storage classes configured: nothing is discovered",
@@ -276,6 +337,7 @@ def diagnose(config: ProvisionerConfig, host: HostFacts, cluster: ClusterFacts |
     for facts in host.classes:
         findings += check_directory(facts) + check_propagation(facts, host.in_pod)
     findings += check_dev(host)
+    findings += check_agent(agent)
     if cluster is None:
         return findings
     if cluster.unreachable:

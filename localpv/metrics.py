@@ -69,6 +69,20 @@ class _CallbackGauges(Collector):
             yield GaugeMetricFamily(key, help_text, value=values.get(key, 0.0))
 
 
+class _LabelledGauge(Collector):
+    """One gauge whose labelled samples are computed at scrape time."""
+
+    def __init__(self, name: str, help_text: str, labels: tuple[str, ...],
+                 read: Callable[[], dict[tuple[str, str], float]]) -> None:
+        self._name, self._help, self._labels, self._read = name, help_text, labels, read
+
+    def collect(self) -> Iterator[Any]:
+        family = GaugeMetricFamily(self._name, self._help, labels=list(self._labels))
+        for labels, value in sorted(self._read().items()):
+            family.add_metric(list(labels), value)
+        yield family
+
+
 class _VolumeGauges(Collector):
     """``localpv_persistentvolumes`` and ``localpv_persistentvolume_released_seconds``."""
 
@@ -138,6 +152,10 @@ class AgentMetrics:
                                       ["thread"], registry=r)
         self.reconcile_failures = Counter("localpv_reconcile_failures",
                                           "Reconcile passes that ended with an unexpected error.", registry=r)
+        self.identity_mismatches = Gauge("localpv_volume_identity_mismatches",
+                                         "Volume paths held because what they show is not (provably) the volume "
+                                         "recorded there: disks renumbered, swapped or replaced. Nothing on them "
+                                         "is cleaned, offered or deleted.", ["class"], registry=r)
         self.hung_storage = Gauge("localpv_hung_storage",
                                   "Discovery entries and directories that did not answer in time, by class.",
                                   ["class"], registry=r)
@@ -150,6 +168,13 @@ class AgentMetrics:
             "localpv_cleaners_lingering": "Cleaner processes not reaped yet (running, or killed but stuck on "
                                           "hung storage).",
         }))
+
+    def watch_volume_conditions(self, read: Callable[[], dict[tuple[str, str], float]]) -> None:
+        """``localpv_volume_condition``: 1 per abnormal condition of a volume in use (none when healthy)."""
+        self.registry.register(_LabelledGauge("localpv_volume_condition",
+                                              "Abnormal conditions of this node's Bound and Available volumes "
+                                              "(1 while abnormal; no series when healthy).",
+                                              ("persistentvolume", "condition"), read))
 
     def watch_volumes(self, read: Callable[[], tuple[dict[tuple[str, str], int], dict[str, float]]]) -> None:
         """This node's PVs by class and phase, and how long the oldest Released one has

@@ -69,6 +69,10 @@ UPSTREAM: dict[str, str] = {
     "localpv_thread_crashes_total": "none",
     "localpv_reconcile_failures_total": "none",
     "localpv_hung_storage": "none",
+    "localpv_volume_identity_mismatches": "none; upstream knows a volume by its path only",
+    "localpv_volume_condition": "none for local volumes (local-static-provisioner issue #10); for CSI drivers "
+                                "the external health monitor reports the same conditions as `VolumeConditionAbnormal` "
+                                "events, with no metric",
     "localpv_persistentvolumes": "none (kube-state-metrics' kube_persistentvolume_status_phase counts every PV "
                                  "of the cluster, with no node)",
     "localpv_persistentvolume_released_seconds": "none",

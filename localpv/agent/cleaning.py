@@ -179,9 +179,11 @@ def filesystem_cleaner(
     require_mount_point: bool = True,
     records: ProcessRecords | None = None,
     key: str = "",
+    expect_identity: str = "",
 ) -> CleanFn:
     """Remove everything inside a mounted volume (never following links or crossing mounts),
-    giving up when cancelled or after ``timeout`` seconds.
+    giving up when cancelled or after ``timeout`` seconds; with ``expect_identity``, only if
+    the volume is that one (see :mod:`localpv.host.identity`) when the cleaner starts.
 
     Refuses a path that is not an entry of ``mount_dir`` (compared as directories, not
     strings) or, unless ``require_mount_point`` is False, that is not a mount point.
@@ -198,6 +200,8 @@ def filesystem_cleaner(
         argv += ["--within", mount_dir]
     if not require_mount_point:
         argv.append("--any-directory")
+    if expect_identity:
+        argv += ["--expect-identity", expect_identity]
 
     def clean(cancel: threading.Event) -> CleanOutcome:
         problem = _LINGERING.problem(container_path)
@@ -247,11 +251,13 @@ def block_cleaner(
     on_line: Callable[[str], None] | None = None,
     records: ProcessRecords | None = None,
     key: str = "",
+    expect_identity: str = "",
 ) -> CleanFn:
     """Run the class's ``blockCleanerCommand`` with ``LOCAL_PV_BLKDEVICE`` set.
 
     The command is not started unless ``device_path`` is a block device that nothing uses
-    (see :func:`~localpv.host.cleaner.block_device_problem`), nor while a previous cleaner
+    (see :func:`~localpv.host.cleaner.block_device_problem`) and, with ``expect_identity``,
+    that is that very device (see :mod:`localpv.host.identity`), nor while a previous cleaner
     of it is stuck in the kernel. With ``records``, the running process group is recorded
     under ``key`` so that a restarted agent can kill it (it must never write on after a
     newer clean finished).
@@ -264,7 +270,7 @@ def block_cleaner(
             return CleanOutcome(False, lingering)
         try:
             problem = default_probes().run(f"block-check:{device_path}",
-                                           functools.partial(block_device_problem, device_path),
+                                           functools.partial(block_device_problem, device_path, expect_identity),
                                            timeout=BLOCK_CHECK_TIMEOUT)
         except StorageHung as hung:
             problem = f"checking it did not answer within {hung.timeout:g}s (hung storage?)"

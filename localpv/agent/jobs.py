@@ -14,6 +14,7 @@ in the same :class:`~localpv.agent.reconcile.CleanupStatus` shape as the in-proc
 from __future__ import annotations
 
 import logging
+import shlex
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,6 +64,11 @@ def build_cleanup_job(
     volumes: list[dict[str, Any]] = [{"name": mount_volume, "hostPath": {"path": cls.host_dir}}]
     if cleanup.block:
         command = list(cls.block_cleaner_command)
+        if cleanup.identity:
+            # Through our own entrypoint, which checks the device is the one the cleanup was
+            # decided for before it runs the class's command (upstream runs it directly).
+            command = ["localpv", "cleanup", "--device", cleanup.container_path, "--command", shlex.join(command),
+                       "--timeout", f"{int(config.cleanup_timeout)}s"]
         env = [{"name": "LOCAL_PV_BLKDEVICE", "value": cleanup.container_path}]
         mounts.append({"name": "dev", "mountPath": "/dev"})
         volumes.append({"name": "dev", "hostPath": {"path": "/dev"}})
@@ -73,6 +79,9 @@ def build_cleanup_job(
         # (an unmounted disk leaves the host's directory there).
         command = ["localpv", "cleanup", "--dir", cleanup.container_path, "--discovery-dir", cls.mount_dir]
         env = [{"name": "LOCAL_PV_FILESYSTEM", "value": cleanup.container_path}]
+    if cleanup.identity:
+        # A Job's pod may start minutes after the decision: the cleaner refuses another volume.
+        env.append({"name": "LOCALPV_EXPECT_IDENTITY", "value": cleanup.identity})
     labels = {HOSTNAME_LABEL_KEY: node_name, "pv": cleanup.pv_name}
     if pv_uid:
         labels["pvuuid"] = pv_uid

@@ -73,6 +73,11 @@ class JournalEntry:
     #: back into a PV whose claimRef was removed while the volume holds that claim's data.
     #: (Added after format version 2 was fixed: older agents read the file and ignore it.)
     claim_name: str = ""
+    #: What the volume is across reboots (see :mod:`localpv.host.identity`): filesystem UUID,
+    #: WWN, serial... ("" while unknown: a volatile volume, or a record from before identities).
+    #: Additive like ``claim_name``: an older agent ignores it (and drops it when it rewrites
+    #: the file; the record then learns it again, see docs/operations.md).
+    identity: str = ""
 
     def with_state(self, state: str, now: float) -> JournalEntry:
         return replace(self, state=state, since=now)
@@ -85,6 +90,22 @@ class JournalEntry:
 _ADVICE = ("; move it aside (always safe): the agent then starts a new journal in recovering mode and cleans "
            "every volume that has no PV before offering it. Do not put back an older copy of it: it may call "
            "clean a volume that was used since, and that volume would be offered with a tenant's data")
+
+
+#: Journal keys of records *detached* from any path: a volume that may hold data was replaced at
+#: its path by another one (a new disk under the old device name). The record is kept under its
+#: identity, so the old disk is cleaned before it is offered if it ever comes back, at any path,
+#: while the path itself goes to the new disk. (An older agent reads such a key as a path that
+#: names nothing: it says once that it cannot clean it, and never acts on it.)
+DETACHED_PREFIX = "detached:"
+
+
+def detached_key(identity: str) -> str:
+    return DETACHED_PREFIX + identity
+
+
+def is_detached(key: str) -> bool:
+    return key.startswith(DETACHED_PREFIX)
 
 
 class JournalError(Exception):
@@ -133,7 +154,8 @@ class Journal:
                 entry = JournalEntry(pv=str(raw["pv"]), cls=str(raw["cls"]), state=str(raw["state"]),
                                      since=float(raw["since"]), claim=str(raw.get("claim", "")),
                                      pv_uid=str(raw.get("pv_uid", "")), ident=str(raw.get("ident", "")),
-                                     claim_name=str(raw.get("claim_name", "")))
+                                     claim_name=str(raw.get("claim_name", "")),
+                                     identity=str(raw.get("identity", "")))
                 if entry.state not in STATES:
                     raise JournalError(f"{path}: {host_path}: unknown state {entry.state!r}{_ADVICE}")
                 entries[host_path] = entry

@@ -21,6 +21,7 @@ from typing import Any
 
 from localpv.agent.cleaning import cleaner_processes
 from localpv.agent.executor import Executor
+from localpv.agent.health import HealthReporter, assess
 from localpv.agent.jobs import JobCleaner
 from localpv.agent.journal import Journal
 from localpv.agent.phases import ReleasedTracker
@@ -36,7 +37,7 @@ from localpv.agent.reconcile import (
 from localpv.clock import Clock, SystemClock
 from localpv.config import ConfigError, ProvisionerConfig, load_config
 from localpv.host.cleaner import ProcessRecords
-from localpv.host.mounts import mount_points
+from localpv.host.mounts import mount_points, read_mountinfo
 from localpv.host.probes import default_probes
 from localpv.host.scan import HUNG_STORAGE, Entry, ScanError, scan_directory
 from localpv.kube.api import KubeApi, Obj
@@ -75,6 +76,9 @@ class AgentOptions:
     state_dir: str | None = None
     #: Filesystem volumes are mount points; only the demo's simulated volumes are not.
     require_mount_point: bool = True
+    #: Volume health is assessed at every pass (mount-table and udev events start one); this
+    #: is how long it may go without one, should discovery passes be rarer.
+    volume_health_period: float = 60.0
 
 
 class ConfigHolder:
@@ -145,7 +149,7 @@ class NodeAgent:
         self._started_at: float | None = self.clock.monotonic()
         self._failed_passes = 0
         self._last_pass_error = ""
-        self._last_mounts: frozenset[str] | None = None
+        self._last_mounts: frozenset[object] | None = None
         self._last_pass_end = 0.0
         self._host_events: Any = None
         self._taint_removed = False
@@ -166,6 +170,8 @@ class NodeAgent:
         self.metrics.watch_stuck(lambda: float(default_probes().stuck()), lambda: float(len(cleaner_processes())))
         self._released = ReleasedTracker()
         self.metrics.watch_volumes(self._volume_figures)
+        self.health = HealthReporter()
+        self.metrics.watch_volume_conditions(self.health.gauge)
         self.cleaner_records = ProcessRecords(os.path.join(options.state_dir, "cleaners") if options.state_dir
                                               else None)
         self.pvs: Informer | None = None
@@ -257,17 +263,20 @@ class NodeAgent:
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         self.supervisor.spawn(name, target)
 
-    def _relevant_mounts(self) -> frozenset[str]:
-        """The mount points at or below a discovery directory: the only ones that matter."""
+    def _relevant_mounts(self) -> frozenset[object]:
+        """The mounts at or below a discovery directory: the only ones that matter. Each is
+        taken whole (device, root, options), so that a volume remounted read-only, or another
+        disk mounted in its place, starts a pass as a new mount does (volume health)."""
         dirs = set()
         for cls in self.config.current.classes.values():
             dirs.add(cls.mount_dir.rstrip("/") or "/")
             dirs.add(os.path.realpath(cls.mount_dir))
         try:
-            mounts = self.mount_table()
-        except OSError:
+            mounts = read_mountinfo()
+        except (OSError, ValueError):
             return frozenset({"<unreadable>"})
-        return frozenset(m for m in mounts if any(m == d or m.startswith(d + "/") for d in dirs))
+        return frozenset(m for m in mounts
+                         if any(m.mount_point == d or m.mount_point.startswith(d + "/") for d in dirs))
 
     def _on_host_event(self, kind: str) -> None:
         """A mount-table change wakes the loop only if it changed what is mounted under a
@@ -383,6 +392,7 @@ class NodeAgent:
         journal = self.journal.snapshot()
         cleanups = self._cleanup_statuses()
         now = self.clock.now()
+        plan_ = self.last_plan
         volumes = []
         for path in sorted(set(pvs) | set(journal)):
             pv = pvs.get(path) or {}
@@ -390,8 +400,11 @@ class NodeAgent:
             name = (pv.get("metadata") or {}).get("name") or (entry.pv if entry else "")
             ref = (pv.get("spec") or {}).get("claimRef") or {}
             cleanup = cleanups.get(str(name))
+            held = plan_.held.get(path) if plan_ else None
             volumes.append({
                 "path": path, "pv": name, "phase": (pv.get("status") or {}).get("phase", "(no PV)" if not pv else ""),
+                "identity": entry.identity if entry else "", "held": held.reason if held else "",
+                "health": self.health.of(str(name)) if pv else [],
                 "claim": f"{ref.get('namespace')}/{ref.get('name')}" if ref else "",
                 "journal": entry.state if entry else "", "cleanup": cleanup.state if cleanup else "",
                 "attempts": cleanup.attempts if cleanup else 0,
@@ -399,7 +412,6 @@ class NodeAgent:
                 "message": cleanup.message if cleanup else "",
                 "progress": self.procs.progress(str(name)),
             })
-        plan_ = self.last_plan
         skipped = [{"path": s.path, "class": s.cls, "reason": s.reason, "error": s.error}
                    for s in (plan_.skipped if plan_ else [])]
         ready, why = self.readiness()
@@ -414,7 +426,7 @@ class NodeAgent:
     def _next_wait(self) -> float:
         """Until the next periodic pass, or the earliest failed cleanup's retry if sooner:
         a retry must not wait for the safety-net period (or for an unrelated event)."""
-        wait = self.options.discovery_period
+        wait = min(self.options.discovery_period, self.options.volume_health_period)
         now = self.clock.now()
         for status in self._cleanup_statuses().values():
             if status.retry_at is not None and status.retry_at > now:  # a past one was handled by a pass
@@ -528,6 +540,7 @@ class NodeAgent:
             self.journal.end_recovery()
             log.info("cleanup journal complete: every volume on this node is recorded")
         self.execute(result, world.config)
+        self._report_health(world)
         self.last_plan = result
         self.ready = result.ready
         if result.ready and world.config.remove_node_not_ready_taint and not self._taint_removed:
@@ -545,9 +558,18 @@ class NodeAgent:
             hung = sum(1 for s in result.skipped if s.cls == cls_name and HUNG_STORAGE in s.reason)
             hung += HUNG_STORAGE in result.class_errors.get(cls_name, "")
             self.metrics.hung_storage.labels(cls_name).set(hung)
+            self.metrics.identity_mismatches.labels(cls_name).set(
+                sum(1 for held in result.held.values() if held.cls == cls_name))
         self._volume_figures()
         self.metrics.reconcile_duration.observe(time.monotonic() - started)
         return result
+
+    def _report_health(self, world: World) -> None:
+        """Assess every handed-out volume from this pass's look at the host, and say what changed
+        (events on the claim and the PV). Reporting only: it never acts on a volume."""
+        assessment = assess(world.config, world.scans, world.pvs, self.journal.snapshot(), self.health.baselines)
+        for obj, type_, reason, message in self.health.update(assessment):
+            self.recorder.event(obj, type_, reason, message)
 
     def _idle_pass(self, why: str) -> Plan:
         """A pass that only says why it did nothing: not ready, but alive (waiting is its job)."""

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from localpv.agent.journal import CLEAN, CLEANING, OFFERED, USED, JournalEntry
+from localpv.agent.journal import CLEAN, CLEANING, OFFERED, USED, JournalEntry, detached_key, is_detached
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo, VolumeSpec, build_pv
 from localpv.config import ClassConfig, ProvisionerConfig
 from localpv.host.scan import Entry, EntryKind
@@ -105,6 +105,10 @@ class StartCleanup:
     reason: str
     pv: Obj | None = None
     retry: bool = False
+    #: The stable identity the volume must have when the cleaner starts ("" when it has none):
+    #: a cleanup Job may start minutes after this plan, and the disk at the path may have
+    #: changed meanwhile.
+    identity: str = ""
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,17 @@ class Skipped:
     error: bool
 
 
+@dataclass(frozen=True)
+class Held:
+    """A path the agent does not clean, offer, nor delete the PV of in this pass: what it shows
+    is not (provably) the volume its record or PV is about. Not an error of discovery (the
+    rest of the node goes on), but reported: events, ``localpv status``, a metric."""
+
+    path: str
+    cls: str
+    reason: str
+
+
 @dataclass
 class Plan:
     creates: list[CreatePV] = field(default_factory=list)
@@ -183,6 +198,7 @@ class Plan:
     skipped: list[Skipped] = field(default_factory=list)
     capacity: dict[str, int] = field(default_factory=lambda: {"Filesystem": 0, "Block": 0})
     class_errors: dict[str, str] = field(default_factory=dict)
+    held: dict[str, Held] = field(default_factory=dict)
 
     @property
     def errors(self) -> int:
@@ -272,6 +288,8 @@ def plan(world: World) -> Plan:
     volumes = _scanned_volumes(world)
     _track_usage(world, journal, out)
     _follow_volumes(world, journal, by_path, volumes, out)
+    _learn_identities(journal, volumes, out)
+    _follow_identities(world, journal, by_path, volumes, out)
     _plan_deletions(world, journal, out)
     _plan_orphans(world, journal, by_path, out)
     _plan_discovery(world, journal, by_path, volumes, out)
@@ -540,6 +558,10 @@ class _Volume:
     def ident(self) -> str:
         return self.entry.ident or ""
 
+    @property
+    def identity(self) -> str:
+        return self.entry.identity.value
+
 
 def _scanned_volumes(world: World) -> dict[str, _Volume]:
     """Every entry of every class that could be a volume, by host path."""
@@ -574,6 +596,8 @@ def _follow_volumes(
 ) -> None:
     """Keep each record attached to its volume, whatever path names it now.
 
+    This is the rule for records with no stable identity (volatile volumes such as tmpfs,
+    and records an older agent wrote): they know their volume by the numbers of this boot.
     A record whose path still names a volume learns that volume's identity (the path is
     what the PV offers). If the identity changed while the record says the volume may
     hold data, the old identity is suspect wherever it now appears (disks renumbered,
@@ -584,6 +608,8 @@ def _follow_volumes(
     """
     by_ident = _by_ident(volumes)
     for path, record in sorted(journal.items()):
+        if record.identity or is_detached(path):
+            continue  # known by what it is: see _follow_identities
         here = volumes.get(path)
         if here is not None:
             if here.ident and here.ident != record.ident:
@@ -627,6 +653,231 @@ def _suspect(
                                 "data; it is cleaned before it is offered"))
 
 
+def _learn_identities(journal: dict[str, JournalEntry], volumes: Mapping[str, _Volume], out: Plan) -> None:
+    """A record without a stable identity (written before identities, or its volume's could
+    not be read) learns the one its path shows, when that is the volume it recorded by the
+    numbers of this boot (or it recorded none). From then on it is known by what it is."""
+    for path, record in sorted(journal.items()):
+        here = volumes.get(path)
+        if record.identity or here is None or not here.identity or record.state == CLEAN:
+            continue
+        if not record.ident or record.ident == here.ident:
+            _set(journal, out, path, replace(record, identity=here.identity, ident=here.ident))
+
+
+def _by_identity(volumes: Mapping[str, _Volume]) -> dict[str, list[_Volume]]:
+    index: dict[str, list[_Volume]] = {}
+    for volume in volumes.values():
+        if volume.identity:
+            index.setdefault(volume.identity, []).append(volume)
+    return index
+
+
+def _follow_identities(
+    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], volumes: Mapping[str, _Volume],
+    out: Plan,
+) -> None:
+    """Never act on a volume that is not the recorded one; let records follow their volumes.
+
+    For every record that may hold data (or whose PV is on offer) and knows its volume by a
+    stable identity, what its path shows now is one of:
+
+    * the recorded volume: nothing to do;
+    * a volume whose identity cannot be read now: held (nothing proves it is the recorded one);
+    * another volume, or nothing, while the recorded one is at exactly one other path
+      (disks renumbered): the record follows it there (:func:`_on_moved`), unless that path
+      is published or recorded as another volume, or a live claim's PV still names the old
+      path - then both paths are held and people are told;
+    * another volume while the recorded one is nowhere (the disk was replaced, or is not
+      mounted now): :func:`_on_replaced`;
+    * nothing, and the recorded volume nowhere either: as before (its cleanup says "not found").
+
+    A held path is not cleaned, offered, nor its PV deleted, in this pass (``out.held``).
+    Records detached from their path (:func:`_on_replaced`) follow their volume back to any
+    path it shows up at (:func:`_on_return`).
+    """
+    index = _by_identity(volumes)
+    moved: list[tuple[str, JournalEntry, _Volume]] = []
+    replaced: list[tuple[str, JournalEntry, _Volume]] = []
+    for path, record in sorted(journal.items()):
+        if not record.identity or record.state == CLEAN or is_detached(path):
+            continue
+        here = volumes.get(path)
+        if here is not None and here.identity == record.identity:
+            if here.ident != record.ident:  # the numbers of this boot, for aliases and older agents
+                _set(journal, out, path, replace(record, ident=here.ident))
+            continue
+        pv = by_path.get(path)
+        if here is not None and pv is not None and pv_on_offer(pv):
+            # Whatever else holds, a PV on offer must not stay on offer for a disk nobody
+            # proved clean (the disk now at the path may hold another tenant's data).
+            shows = here.entry.identity.error or f"volume {here.identity or 'without identity'}"
+            out.held[path] = Held(path, record.cls, f"it shows {shows}, not the recorded volume {record.identity}; "
+                                                    "its PV is taken off offer")
+            out.retracts.append(RetractPV(pv, path, f"{path} shows {shows}, not the volume {record.identity} this PV "
+                                                    "offers (disks renumbered, swapped or replaced?): the PV is "
+                                                    "deleted so that no claim gets a disk nobody proved clean"))
+            continue
+        if here is not None and here.entry.identity.error:
+            _hold(world, out, path, record, f"the identity of {path} cannot be read ({here.entry.identity.error}), so "
+                                            f"nothing proves it is the recorded volume {record.identity}", [pv])
+            continue
+        elsewhere = [v for v in index.get(record.identity, []) if v.host_path != path]
+        if len(elsewhere) > 1:
+            paths = ", ".join(v.host_path for v in elsewhere)
+            _hold(world, out, path, record, f"volume {record.identity} ({record.state}, recorded at {path}) is found "
+                                            f"at several paths ({paths}); it is not cleaned anywhere until it is at "
+                                            "one", [by_path.get(path)])
+        elif elsewhere:
+            moved.append((path, record, elsewhere[0]))
+        elif here is not None:
+            replaced.append((path, record, here))
+    for path, record, here in replaced:
+        _on_replaced(world, journal, by_path, out, path, record, here)
+    for path, record, target in moved:
+        _on_moved(world, journal, by_path, volumes, out, path, record, target)
+    for key, record in sorted(journal.items()):
+        if is_detached(key):
+            _on_return(world, journal, by_path, out, key, record, index.get(record.identity, []))
+
+
+def _live(pv: Obj) -> bool:
+    """A claim holds this PV (Bound, or reserved for a claim), or its data is kept on purpose
+    (Retain): the agent must not delete it, whatever is at its path."""
+    retain = (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") == "Retain"
+    return (pv_is_claimed(pv) and pv_phase(pv) != "Released") or (retain and pv_is_claimed(pv))
+
+
+def claim_event_target(pv: Obj) -> Obj | None:
+    """The live claim a PV is bound (or being bound) to, as an event target, so that
+    ``kubectl describe pvc`` shows what is said about its volume; None once it is Released."""
+    ref = (pv.get("spec") or {}).get("claimRef") or {}
+    if not ref.get("name") or not ref.get("namespace") or pv_phase(pv) == "Released":
+        return None
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": ref["name"], "namespace": ref["namespace"], "uid": ref.get("uid") or ""}}
+
+
+#: What an operator does about a held volume, said with every mismatch.
+_REMEDY = ("mount each disk at its own path again, by UUID or WWN rather than by device name "
+           "(e.g. UUID=... in /etc/fstab; `localpv status` lists the identity of each volume): the agent then goes "
+           "on by itself. Nothing on either path is cleaned, offered or deleted meanwhile")
+
+
+def _hold(world: World, out: Plan, path: str, record: JournalEntry, why: str, pvs: Sequence[Obj | None]) -> None:
+    """Hold ``path`` for this pass and say why on the Node, the PVs and their live claims."""
+    out.held[path] = Held(path, record.cls, why)
+    message = f"{why}. What to do: {_REMEDY}"
+    targets: list[Obj] = [_node_event_target(world.node)]
+    for pv in pvs:
+        if pv is not None:
+            targets.append(pv)
+            claim = claim_event_target(pv)
+            if claim is not None:
+                targets.append(claim)
+    for target in targets:
+        out.events.append(EventSpec(target, WARNING, "VolumeIdentityMismatch", message, once=True))
+
+
+def _shows(volumes: Mapping[str, _Volume], path: str) -> str:
+    here = volumes.get(path)
+    if here is None:
+        return "no volume"
+    return f"volume {here.identity}" if here.identity else "a volume without identity"
+
+
+def _on_moved(
+    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], volumes: Mapping[str, _Volume],
+    out: Plan, path: str, record: JournalEntry, target: _Volume,
+) -> None:
+    """The recorded volume is now at ``target`` (disks renumbered, or mounted elsewhere)."""
+    pv, pv_there = by_path.get(path), by_path.get(target.host_path)
+    there = journal.get(target.host_path)
+    where = (f"volume {record.identity} ({record.state}, recorded at {path}) is now at {target.host_path}, and "
+             f"{path} shows {_shows(volumes, path)}")
+    if pv_there is not None or not _replaceable(there):
+        who = (f"PV {pv_meta(pv_there).get('name')}" + (f" (claim {pv_claim_name(pv_there)})"
+                                                        if pv_claim_name(pv_there) else "")
+               if pv_there is not None else f"the record of another volume ({there.state if there else ''})")
+        _hold(world, out, path, record, f"{where}; {target.host_path} is published as {who}", [pv, pv_there])
+        out.held[target.host_path] = Held(target.host_path, target.cls.name, f"it holds volume {record.identity}, "
+                                          f"recorded at {path} ({record.state})")
+        return
+    if pv is None:
+        _set(journal, out, path, None)
+        _set(journal, out, target.host_path, replace(record, cls=target.cls.name, ident=target.ident))
+        out.events.append(EventSpec(_node_event_target(world.node), WARNING, "VolumeMoved",
+                                    f"{where} (disks renumbered?): its record follows it, and it is cleaned there "
+                                    "before it is offered"))
+        return
+    out.held[target.host_path] = Held(target.host_path, target.cls.name,
+                                      f"it holds volume {record.identity}, recorded at {path} ({record.state})")
+    if _live(pv):
+        _hold(world, out, path, record, f"{where}; PV {pv_meta(pv).get('name')} still names {path} for "
+                                        f"{pv_claim_name(pv) or 'its claim'}", [pv])
+        return
+    out.held[path] = Held(path, record.cls, f"{where}; its PV is deleted first")
+    out.retracts.append(RetractPV(pv, path, f"{where}: this PV names a path that no longer holds its volume, and "
+                                            "its claim is gone; it is deleted, and the volume is cleaned at its new "
+                                            "path before it is offered there"))
+
+
+def _on_replaced(
+    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], out: Plan, path: str,
+    record: JournalEntry, here: _Volume,
+) -> None:
+    """``path`` shows another volume and the recorded one is nowhere: a replaced disk (or the
+    recorded one is not mounted now). The new volume is never cleaned by the old record.
+
+    While a live claim's PV names the path, everything is held and reported (the claim's pod
+    may be writing to the other volume). Otherwise the PV, whose claim is gone, is deleted;
+    then the record is *detached* from the path (kept under its identity, so the old disk is
+    cleaned before it is offered if it ever returns) and the path is an ordinary new volume.
+    """
+    pv = by_path.get(path)
+    what = (f"{path} holds volume {here.identity or 'without identity'} ({here.entry.identity.how}), not the "
+            f"recorded volume {record.identity} ({record.state}), which is found at no path")
+    if pv is not None and _live(pv):
+        _hold(world, out, path, record, f"{what}; PV {pv_meta(pv).get('name')} names it for "
+                                        f"{pv_claim_name(pv) or 'a claim'}", [pv])
+        return
+    if pv is not None:
+        out.held[path] = Held(path, record.cls, f"{what}; its PV is deleted first")
+        out.retracts.append(RetractPV(pv, path, f"{what}: the disk was replaced, or the recorded one is not "
+                                                "mounted now. This PV's claim is gone; the PV is deleted, and "
+                                                f"{path} is then offered as a new volume"))
+        return
+    _set(journal, out, path, None)
+    state = CLEANING if record.state != CLEANING else record.state
+    since = world.now if state != record.state else record.since
+    _set(journal, out, detached_key(record.identity), replace(record, state=state, since=since, ident=""))
+    out.events.append(EventSpec(_node_event_target(world.node), WARNING, "VolumeReplaced",
+                                f"{what}: the disk was replaced, or the recorded one is not mounted now. Its record "
+                                "is kept: wherever it appears again it is cleaned before it is offered. The volume "
+                                f"at {path} is treated as a new one", once=True))
+
+
+def _on_return(
+    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], out: Plan, key: str,
+    record: JournalEntry, found: Sequence[_Volume],
+) -> None:
+    """A detached record's volume is seen again: the record takes the path it is at."""
+    if len(found) != 1:
+        return
+    target = found[0]
+    there = journal.get(target.host_path)
+    if by_path.get(target.host_path) is not None or not _replaceable(there):
+        out.held[target.host_path] = Held(target.host_path, target.cls.name,
+                                          f"it holds volume {record.identity}, which may hold data ({record.state}) "
+                                          "and whose record was detached from its old path")
+        return
+    _set(journal, out, key, None)
+    _set(journal, out, target.host_path, replace(record, cls=target.cls.name, ident=target.ident))
+    out.events.append(EventSpec(_node_event_target(world.node), WARNING, "VolumeMoved",
+                                f"volume {record.identity} ({record.state}), which was replaced at its old path, is "
+                                f"back at {target.host_path}; it is cleaned there before it is offered"))
+
+
 def _find_entry(world: World, cls: ClassConfig, container_path: str) -> Entry | None:
     scan = world.scans.get(cls.name)
     if isinstance(scan, str) or scan is None:
@@ -666,6 +917,8 @@ def _plan_release(world: World, journal: dict[str, JournalEntry], pv: Obj, out: 
         why = "it is not a local volume" if path is None else f"Unknown storage class name {cls_name!r}"
         out.events.append(EventSpec(pv, WARNING, "VolumeFailedDelete", f"Cannot clean volume: {why}"))
         return
+    if path in out.held:
+        return  # what the path shows is not the volume this PV is about: see _follow_identities
     same_path = [other for other in world.pvs if other is not pv and pv_host_path(other) == path]
     sharing = [other for other in same_path if pv_phase(other) != "Released"]
     if any(str(pv_meta(other).get("name")) < name for other in same_path) and not sharing:
@@ -769,7 +1022,9 @@ def _plan_cleanup_step(
         out.events.append(EventSpec(pv, NORMAL, "VolumeDelete",
                                     "Deleting volume, this may take a while" if status is None else
                                     f"Retrying cleanup (attempt {status.attempts + 1}): {status.message}"))
-    out.cleanups.append(StartCleanup(name, path, container, cls, block, reason, pv, retry=status is not None))
+    record = journal.get(path)
+    out.cleanups.append(StartCleanup(name, path, container, cls, block, reason, pv, retry=status is not None,
+                                     identity=record.identity if record is not None else ""))
 
 
 def _plan_orphans(
@@ -777,7 +1032,7 @@ def _plan_orphans(
 ) -> None:
     """Journal entries without a PV: the volume may hold data nobody cleaned."""
     for path, entry in sorted(journal.items()):
-        if path in by_path or entry.state == CLEAN:
+        if path in by_path or entry.state == CLEAN or is_detached(path) or path in out.held:
             continue
         cls = world.config.classes.get(entry.cls)
         if cls is None:
@@ -834,6 +1089,11 @@ def _discover_entry(
     host_path = f"{cls.host_dir.rstrip('/')}/{entry.name}"
     name = pv_name(entry.name, world.node.name, cls.name)
     existing = by_name.get(name)
+    held = out.held.get(host_path)
+    if held is not None:
+        out.skipped.append(Skipped(entry.path, cls.name, f"held: {held.reason}", False))
+        claimed.add(host_path)
+        return
     if existing is not None and pv_host_path(existing) == host_path:
         _account_existing(existing, entry, out)
         return
@@ -853,9 +1113,11 @@ def _discover_entry(
     if mode is None or entry.capacity is None:
         out.skipped.append(Skipped(entry.path, cls.name, problem or entry.reason or "capacity unknown", True))
         return
-    twin = owners.get(entry.ident or "")
+    twin = owners.get(entry.identity.value) if entry.identity.value else None
+    twin = twin or owners.get(entry.ident or "")
     if twin is not None and twin != host_path:
-        out.skipped.append(Skipped(entry.path, cls.name, f"it is the same volume (device and inode) as {twin}: "
+        where = "a record kept for it after it was replaced at its old path" if is_detached(twin) else twin
+        out.skipped.append(Skipped(entry.path, cls.name, f"it is the same volume as {where}: "
                                    f"{_owner_state(journal, twin)}", False))
         claimed.add(host_path)
         return
@@ -870,7 +1132,8 @@ def _discover_entry(
         claimed.add(host_path)
         return
     if record is None and (world.config.clean_before_first_discovery or world.recovering):
-        fresh = JournalEntry(name, cls.name, CLEANING, world.now, ident=entry.ident or "")
+        fresh = JournalEntry(name, cls.name, CLEANING, world.now, ident=entry.ident or "",
+                             identity=entry.identity.value)
         _set(journal, out, host_path, fresh)
         status = _current_status(world, out, name, fresh, None)
         _plan_cleanup_step(world, journal, out, name, host_path, cls, None, status)
@@ -881,11 +1144,13 @@ def _discover_entry(
         claimed.add(host_path)
         return
     claimed.add(host_path)
-    if entry.ident:
-        owners[entry.ident] = host_path
+    for key in (entry.ident, entry.identity.value):
+        if key:
+            owners[key] = host_path
     spec = VolumeSpec(name, host_path, entry.capacity, mode, cls)
     pv = build_pv(spec, world.node, sc, world.config, world.provisioner)
-    _set(journal, out, host_path, JournalEntry(name, cls.name, OFFERED, world.now, ident=entry.ident or ""))
+    _set(journal, out, host_path, JournalEntry(name, cls.name, OFFERED, world.now, ident=entry.ident or "",
+                                               identity=entry.identity.value))
     out.creates.append(CreatePV(pv, host_path, mode, entry.capacity))
     out.capacity[mode] += round_capacity(entry.capacity)
 
@@ -903,11 +1168,13 @@ def _ident_owners(
     """
     owners: dict[str, str] = {}
     for path, record in sorted(journal.items()):
-        if not record.ident or record.state == CLEAN:
+        if record.state == CLEAN:
             continue
         unknown_past = record.state == OFFERED and path not in by_path  # its PV is gone: may hold data
         if record.state in DIRTY or unknown_past or (path in visible and path in by_path):
-            owners.setdefault(record.ident, path)
+            for key in (record.identity, record.ident):
+                if key:
+                    owners.setdefault(key, path)
     return owners
 
 

@@ -1,9 +1,11 @@
 """``localpv status``: the first command to run when a volume looks stuck.
 
 The agent serves its view at ``/status`` (JSON); this renders it as a table: each
-volume's path, PV, phase, claim, journal state, cleanup state with attempts, elapsed
-time and the cleaner's last output line (``shred -v`` prints its progress), then every
-skipped discovery entry with its reason.
+volume's path, PV, phase, claim, journal state, health (the abnormal conditions of a volume
+in use), cleanup state with attempts, elapsed time and the cleaner's last output line
+(``shred -v`` prints its progress); then the volumes held because their path shows another
+disk than the recorded one, each recorded volume's identity, and every skipped discovery
+entry with its reason.
 """
 
 from __future__ import annotations
@@ -40,16 +42,26 @@ def render_status(doc: dict[str, Any]) -> str:
     if doc.get("journal_recovering"):
         lines.append("journal: recovering (it did not exist at start): volumes without a PV are cleaned before "
                      "they are offered")
-    rows: list[tuple[str, ...]] = [("PATH", "PV", "PHASE", "CLAIM", "JOURNAL", "CLEANUP", "ELAPSED", "DETAIL")]
+    rows: list[tuple[str, ...]] = [("PATH", "PV", "PHASE", "CLAIM", "JOURNAL", "HEALTH", "CLEANUP", "ELAPSED",
+                                    "DETAIL")]
     for v in doc.get("volumes") or []:
         cleanup = v.get("cleanup") or ""
         if cleanup and int(v.get("attempts") or 0) > 1:
             cleanup += f" (attempt {v['attempts']})"
         elapsed = f"{float(v.get('elapsed') or 0):.0f}s" if cleanup else ""
         detail = v.get("progress") or v.get("message") or ""
+        health = ",".join(v.get("health") or []) or ("ok" if v.get("phase") in ("Bound", "Available") else "")
         rows.append((v["path"], v.get("pv") or "", v.get("phase") or "", v.get("claim") or "",
-                     v.get("journal") or "", cleanup, elapsed, detail[:80]))
+                     v.get("journal") or "", health, cleanup, elapsed, detail[:80]))
     lines += _table(rows) if len(rows) > 1 else ["(no volumes)"]
+    held = [v for v in doc.get("volumes") or [] if v.get("held")]
+    if held:
+        lines += ["", "Held (not cleaned, offered, nor its PV deleted, until the right disk is at the path):"]
+        lines += [f"  {v['path']}: {v['held']}" for v in held]
+    known = [v for v in doc.get("volumes") or [] if v.get("identity")]
+    if known:
+        lines += ["", "Identities (what each recorded volume is, whatever its device name):"]
+        lines += [f"  {v['path']}: {v['identity']}" for v in known]
     errors = doc.get("class_errors") or {}
     skipped = doc.get("skipped") or []
     if errors or skipped:

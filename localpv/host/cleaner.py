@@ -74,8 +74,12 @@ class CleanerResult:
         return self.exit_code == 0 and not (self.timed_out or self.cancelled) and self.error is None
 
 
-def block_device_problem(path: str) -> str | None:
+def block_device_problem(path: str, expect_identity: str = "") -> str | None:
     """Why ``path`` must not be given to a block cleaner ("expected ..., found ..."), or None.
+
+    With ``expect_identity``, it must also be the device of that identity (WWN, serial...: see
+    :mod:`localpv.host.identity`): a cleanup decided for one disk never runs on the one that
+    took its device name since (a reboot that renumbered disks, a Job starting late).
 
     It must be a block device (symlinks followed: block volumes are links into ``/dev``) that
     nothing uses. "In use" is the kernel's own answer: an exclusive open (``O_EXCL``) fails
@@ -101,6 +105,13 @@ def block_device_problem(path: str) -> str | None:
             return "expected a block device, found it replaced while it was checked"
     finally:
         os.close(fd)
+    if expect_identity:
+        from localpv.host.identity import default_identity_reader
+
+        found = default_identity_reader().block(st.st_rdev)
+        if found.value != expect_identity:
+            return (f"expected the device {expect_identity}, found {found.value or found.error or found.how} "
+                    "(disks renumbered or swapped since the cleanup was decided?)")
     return None
 
 

@@ -212,6 +212,7 @@ def clean_directory(
     *,
     should_stop: Callable[[], str | None] | None = None,
     require_mount_point: bool = True,
+    expect_identity: str = "",
 ) -> CleanReport:
     """Remove everything inside ``root``, keep ``root``, and check it is empty.
 
@@ -221,13 +222,15 @@ def clean_directory(
 
     Raises :class:`UnsafePathError` before touching anything if ``root`` is ``/``, not a
     directory, a symlink, or (unless ``require_mount_point`` is False) not a mount point,
-    decided on the very directory it then cleans; and during the walk if a directory it
+    decided on the very directory it then cleans, or if that directory is not the volume
+    ``expect_identity`` names (when given); and during the walk if a directory it
     climbs back into is not the one it left (something moved directories under it).
     Raises :class:`DirtyVolumeError` if entries remain, with the reasons, e.g.
     ``filesystem mounted at X inside the volume; unmount it``.
     """
     started = time.monotonic()
-    walk = _Walk(root, should_stop=should_stop, require_mount_point=require_mount_point)
+    walk = _Walk(root, should_stop=should_stop, require_mount_point=require_mount_point,
+                 expect_identity=expect_identity)
     walk.run()
     _raise_if_dirty(root, walk.remaining, _DEFAULT_LIST_LIMIT, walk.problems)
     return CleanReport(root, walk.files, walk.dirs, walk.bytes_freed, time.monotonic() - started)
@@ -281,6 +284,27 @@ def _open_root(root: str, *, require_mount_point: bool) -> tuple[int, os.stat_re
         os.close(fd)
         raise
     return fd, st
+
+
+def _check_identity(root: str, fd: int, st: os.stat_result, expected: str) -> None:
+    """Refuse the volume open as ``fd`` unless it is the volume the cleanup was decided for.
+
+    A cleanup Job may start minutes after the decision, and a cleaner after a restart: the disk
+    at the path may have been swapped meanwhile. The identity is read from the very directory
+    that is then cleaned (its descriptor), not from the path again.
+    """
+    from localpv.host.identity import default_identity_reader
+    from localpv.host.mounts import FilesystemTypes
+
+    try:
+        found = default_identity_reader().filesystem(FilesystemTypes().mount_of_fd(fd), fd, st)
+    except OSError as e:
+        raise UnsafePathError(f'refusing to clean "{root}": cannot read its identity ({e.strerror or e}); '
+                              f"it must be {expected}") from e
+    if found.value != expected:
+        what = found.value or found.error or found.how
+        raise UnsafePathError(f'refusing to clean "{root}": it holds volume {what}, not the volume {expected} this '
+                              "cleanup is for (disks renumbered or swapped since it was decided?)")
 
 
 def _unknown_mount(root: str, error: OSError) -> CleanError:
@@ -358,6 +382,8 @@ class _Walk:
     #: Checked between entries; returns why to stop (cancelled, timed out) or None.
     should_stop: Callable[[], str | None] | None = None
     require_mount_point: bool = True
+    #: The stable identity the volume must have (see :mod:`localpv.host.identity`), "" for any.
+    expect_identity: str = ""
     #: What the root holds once the walk is over, listed through its descriptor.
     remaining: list[str] = field(default_factory=list)
 
@@ -368,6 +394,8 @@ class _Walk:
                 self._root_dev, self._root_mount = st.st_dev, _mount_id(self._fd)
             except OSError as e:
                 raise _unknown_mount(self.root, e) from e
+            if self.expect_identity:
+                _check_identity(self.root, self._fd, st, self.expect_identity)
             self._stack.append(_Frame("", _ident(st), 0, os.listdir(self._fd)))
             self._loop()
             self.remaining = os.listdir(self._fd)  # back at the root: _climb checked each step up
@@ -529,6 +557,7 @@ def clean_volume(
     *,
     require_mount_point: bool = True,
     should_stop: Callable[[], str | None] | None = None,
+    expect_identity: str = "",
 ) -> tuple[bool, str]:
     """Empty the volume ``root``: (True, what was removed) or (False, why it is not clean).
 
@@ -539,7 +568,8 @@ def clean_volume(
     if within is not None and not directly_inside(root, within):
         return False, f"refusing to clean {root}: {not_an_entry_problem(root, [within])}"
     try:
-        report = clean_directory(root, should_stop=should_stop, require_mount_point=require_mount_point)
+        report = clean_directory(root, should_stop=should_stop, require_mount_point=require_mount_point,
+                                 expect_identity=expect_identity)
     except CleanError as err:
         return False, str(err)
     except OSError as err:
@@ -565,16 +595,18 @@ def _die_with_parent() -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m localpv.host.fsclean [--within DIR] [--any-directory] ROOT``; see the module docstring."""
+    """``python -m localpv.host.fsclean [--within DIR] [--any-directory] [--expect-identity ID] ROOT``."""
     parser = argparse.ArgumentParser(prog="python -m localpv.host.fsclean", description="Empty one filesystem volume.")
     parser.add_argument("root")
     parser.add_argument("--within", help="the discovery dir ROOT must be an entry of")
     parser.add_argument("--any-directory", action="store_true", help="accept a ROOT that is not a mount point")
+    parser.add_argument("--expect-identity", default="", help="refuse ROOT unless it is this volume")
     args = parser.parse_args(argv)
     if not _die_with_parent():
         print("NOT clean: the process that started this cleaner is gone", flush=True)
         return 1
-    ok, message = clean_volume(args.root, args.within, require_mount_point=not args.any_directory)
+    ok, message = clean_volume(args.root, args.within, require_mount_point=not args.any_directory,
+                               expect_identity=args.expect_identity)
     print(("clean: " if ok else "NOT clean: ") + message, flush=True)
     return 0 if ok else 1
 

@@ -65,8 +65,8 @@ class Mounter:
     def bind(self, source: Path, target: Path) -> Path:
         return self._mount(target, "--bind", str(source))
 
-    def device(self, device: str, target: Path) -> Path:
-        return self._mount(target, device)
+    def device(self, device: str, target: Path, *options: str) -> Path:
+        return self._mount(target, *options, device)
 
     def _mount(self, target: Path, *args: str) -> Path:
         if not target.exists():  # an existing file is a valid target for a file bind mount

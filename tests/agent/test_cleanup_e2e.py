@@ -171,8 +171,13 @@ def test_job_mode_cleans_through_a_job_and_retries_failed_jobs(agent_env: AgentE
     assert pod["nodeSelector"] == {"kubernetes.io/hostname": "node-1"}
     assert pod["tolerations"] == [{"key": "k", "operator": "Exists"}]
     container = pod["containers"][0]
-    assert container["image"] == "localpv:test" and container["command"] == ["/scripts/quick_reset.sh"]
+    # The class's command, run by our entrypoint once it has checked the device is the recorded one.
+    assert container["image"] == "localpv:test"
+    assert container["command"] == ["localpv", "cleanup", "--device", f"{agent_env.block_dir}/disk1", "--command",
+                                    "/scripts/quick_reset.sh", "--timeout", f"{int(config.cleanup_timeout)}s"]
     assert {"name": "LOCAL_PV_BLKDEVICE", "value": f"{agent_env.block_dir}/disk1"} in container["env"]
+    assert {"name": "LOCALPV_EXPECT_IDENTITY", "value": f"blk:loop={dev.backing}:ino={dev.backing.stat().st_ino}"} \
+        in container["env"]
     agent_env.apiserver.complete_job("default", job_name, succeeded=False)
     wait_for(lambda: any(e.reason == "VolumeFailedDelete" and "failed" in e.message
                          for e in agent.recorder.history), timeout=5, what="failure event")

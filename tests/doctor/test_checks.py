@@ -165,3 +165,43 @@ def test_diagnose_and_render() -> None:
     assert "       fix: set mountPropagation: HostToContainer" in text
     empty = diagnose(ProvisionerConfig(), HostFacts((), False, None), None)
     assert failed(empty) and "no storage classes" in empty[0].message
+
+
+# ---------------------------------------------------------------- identities and the running agent
+
+
+def test_a_volume_whose_identity_cannot_be_read_is_an_error_with_its_fix() -> None:
+    from localpv.host.identity import Identity
+
+    bad = Entry("a", "/pod/disks/a", EntryKind.MOUNTPOINT, 1, device=2049,
+                identity=Identity("", "", "cannot read the filesystem UUID of device 8:16: Permission denied"))
+    findings = check_directory(ClassFacts(FS, None, (bad,)))
+    [error] = [f for f in findings if f.level == ERROR]
+    assert "identity cannot be read" in error.message and "mountDevVolume" in error.fix
+
+
+def test_a_disk_without_identity_is_a_warning_and_tmpfs_is_not() -> None:
+    from localpv.host.identity import Identity
+
+    disk = Entry("d", "/mnt/nvme/d", EntryKind.BLOCK, 1, device=2049,
+                 identity=Identity("", "volatile: the disk reports no WWN or serial (...)"))
+    tmpfs = Entry("t", "/pod/disks/t", EntryKind.MOUNTPOINT, 1, device=44,
+                  identity=Identity("", "volatile: tmpfs has no device to identify it by"))
+    known = Entry("k", "/pod/disks/k", EntryKind.MOUNTPOINT, 1, device=2050,
+                  identity=Identity("fs:uuid=1", "filesystem UUID (libblkid)"))
+    assert [f.level for f in check_directory(ClassFacts(BLOCK, None, (disk,))) if f.level != OK] == [WARN]
+    assert [f for f in check_directory(ClassFacts(FS, None, (tmpfs, known))) if f.level != OK] == []
+
+
+def test_volumes_the_agent_holds_or_sees_unhealthy_are_errors_and_an_absent_agent_a_warning() -> None:
+    from localpv.doctor import AgentFacts, check_agent
+
+    doc = {"volumes": [{"path": "/mnt/disks/a", "held": "volume fs:uuid=1 is now at /mnt/disks/b", "health": []},
+                       {"path": "/mnt/disks/b", "pv": "local-pv-1", "held": "", "health": ["ReadOnly"]},
+                       {"path": "/mnt/disks/c", "held": "", "health": []}]}
+    findings = check_agent(AgentFacts.from_status(doc))
+    assert [(f.level, f.subject) for f in findings] == [(ERROR, "identity"), (ERROR, "health")]
+    assert "by UUID or WWN" in findings[0].fix and "ReadOnly" in findings[1].message
+    assert [f.level for f in check_agent(AgentFacts.from_status({"volumes": []}))] == [OK]
+    assert [f.level for f in check_agent(AgentFacts(unavailable="connection refused"))] == [WARN]
+    assert check_agent(None) == []

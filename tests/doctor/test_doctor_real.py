@@ -57,7 +57,9 @@ def test_propagation_verdict_matches_what_the_pod_side_sees(
 
 @pytest.mark.root
 def test_applying_the_suggested_bind_mount_fixes_a_plain_directory(tmp_path: Path, mounter: Mounter) -> None:
-    disks = tmp_path / "disks"
+    # On a tmpfs: a directory of this machine's root disk has an identity nobody may read here
+    # (the sandbox refuses to open /dev/vda), which the doctor rightly reports as well.
+    disks = mounter.tmpfs(tmp_path / "disks")
     (disks / "data").mkdir(parents=True)
     config = parse_config({"storageClassMap": {"local": {"hostDir": str(disks), "mountDir": str(disks)}}}).config
     [problem] = [f for f in diagnose(config, gather_host(config, in_pod=False), None) if f.level == ERROR]

@@ -17,6 +17,7 @@ import pytest
 from localpv.host.identity import Identity, IdentityReader, read_udev_properties
 from localpv.host.mounts import MountInfo, read_mountinfo
 from localpv.testing.hostfs import LoopDevice, LoopDevices, Mounter, mkfs, sh
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.root
 
@@ -117,10 +118,16 @@ def test_a_partition_is_known_by_its_partition_uuid(loops: LoopDevices, tmp_path
         f.truncate(32 * MiB)
     sh("sh", "-c", f"printf 'label: gpt\\n,8M\\n,8M\\n' | sfdisk -q {image}")
     disk = loops.attach_image(image)
-    sh("partx", "-a", disk.path)
-    parts = [f"{disk.path}p1", f"{disk.path}p2"]
-    ids = [block_identity(reader, p) for p in parts]
-    expected = [f"blk:partuuid={blkid(p, 'PART_ENTRY_UUID')}" for p in parts]
+    # partx, not losetup --partscan: this kernel's loop driver scans no partitions itself.
+    # -u also replaces partitions a previous user of this loop device may have left behind.
+    sh("partx", "-u", disk.path)
+    try:
+        parts = [f"{disk.path}p1", f"{disk.path}p2"]
+        wait_for(lambda: all(os.path.exists(p) for p in parts), timeout=10, what="the partitions' device nodes")
+        ids = [block_identity(reader, p) for p in parts]
+        expected = [f"blk:partuuid={blkid(p, 'PART_ENTRY_UUID')}" for p in parts]
+    finally:
+        sh("partx", "-d", disk.path)
     assert [i.value for i in ids] == expected and ids[0].value != ids[1].value
     assert ids[0].how == "partition UUID (libblkid)"
 

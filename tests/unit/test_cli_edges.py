@@ -85,7 +85,7 @@ def test_a_silent_failing_cleaner_says_no_output(monkeypatch: pytest.MonkeyPatch
 
     from localpv.agent import cleaning
 
-    monkeypatch.setattr(cleaning, "block_device_problem", lambda path: None)
+    monkeypatch.setattr(cleaning, "block_device_problem", lambda path, expect_identity="": None)
     outcome = cleaning.block_cleaner("/dev/localpv-test-none", ["false"], timeout=10)(threading.Event())
     assert not outcome.ok
     assert outcome.message == "false exited with 1 (no output)"
@@ -96,7 +96,7 @@ def test_a_failing_cleaner_quotes_its_last_lines(monkeypatch: pytest.MonkeyPatch
 
     from localpv.agent import cleaning
 
-    monkeypatch.setattr(cleaning, "block_device_problem", lambda path: None)
+    monkeypatch.setattr(cleaning, "block_device_problem", lambda path, expect_identity="": None)
     outcome = cleaning.block_cleaner("/dev/localpv-test-none", ["sh", "-c", "echo disk gone; exit 3"],
                                      timeout=10)(threading.Event())
     assert outcome.message == "sh exited with 3: disk gone"

@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,7 @@ def test_file_format_is_versioned_json_sorted_by_path(path: Path) -> None:
     assert isinstance(volumes, dict)
     assert list(volumes) == ["/a", "/z"]
     assert volumes["/z"] == {"pv": "pv-z", "cls": "sc1", "state": "used", "since": 100.0, "claim": "",
-                             "pv_uid": "", "ident": "", "claim_name": ""}
+                             "pv_uid": "", "ident": "", "claim_name": "", "identity": ""}
     assert doc["recovering"] is True  # it did not exist when this agent started
 
 
@@ -401,3 +402,20 @@ def test_corrupt_journal_advice_is_safe(path: Path) -> None:
     message = str(info.value)
     assert "move it aside (always safe)" in message and "cleans every volume that has no PV" in message
     assert "restore it from a backup" not in message and "Do not put back an older copy" in message
+
+
+def test_stable_identity_round_trips_and_older_files_read_without_one(path: Path) -> None:
+    e = JournalEntry("pv-a", "sc1", USED, 5.0, ident="fs:2049:2", identity="fs:uuid=0b7e")
+    Journal(path).apply({"/a": e, journal_mod.detached_key("fs:uuid=77aa"): replace(e, identity="fs:uuid=77aa")})
+    again = Journal(path)
+    assert again.get("/a") == e
+    assert again.get("detached:fs:uuid=77aa") is not None and journal_mod.is_detached("detached:fs:uuid=77aa")
+    # Additive, so that the previous release reads the file: same version, same keys, one more.
+    doc = read_doc(path)
+    assert doc["version"] == 2
+    raw = doc["volumes"]["/a"]
+    assert {k: raw[k] for k in ("pv", "cls", "state", "since", "claim", "pv_uid", "ident")} == {
+        "pv": "pv-a", "cls": "sc1", "state": "used", "since": 5.0, "claim": "", "pv_uid": "", "ident": "fs:2049:2"}
+    del raw["identity"]
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert Journal(path).get("/a") == replace(e, identity="")
