@@ -628,10 +628,21 @@ def _follow_volumes(
             continue
         target = targets[0]
         _set(journal, out, path, None)
-        _set(journal, out, target.host_path, replace(record, cls=target.cls.name))
+        _set(journal, out, target.host_path, _moved(world, record, target))
         out.events.append(EventSpec(_node_event_target(world.node), WARNING, "VolumeMoved",
                                     f"volume {path} ({record.state}) is now found at {target.host_path} (same "
                                     "device and inode); it is cleaned there before it is offered"))
+
+
+def _moved(world: World, record: JournalEntry, target: _Volume) -> JournalEntry:
+    """The record of a volume that moved to ``target`` (it has no PV: a record moves only then).
+
+    It takes the PV name of its new path. Cleanups are tracked by PV name (threads and Jobs,
+    as upstream), and the old name is the one the next volume at the old path gets: a
+    cleanup of this volume under the old name would be taken for a cleanup of that one.
+    """
+    name = pv_name(target.entry.name, world.node.name, target.cls.name)
+    return replace(record, pv=name, pv_uid="", cls=target.cls.name, ident=target.ident)
 
 
 def _replaceable(record: JournalEntry | None) -> bool:
@@ -805,7 +816,7 @@ def _on_moved(
         return
     if pv is None:
         _set(journal, out, path, None)
-        _set(journal, out, target.host_path, replace(record, cls=target.cls.name, ident=target.ident))
+        _set(journal, out, target.host_path, _moved(world, record, target))
         out.events.append(EventSpec(_node_event_target(world.node), WARNING, "VolumeMoved",
                                     f"{where} (disks renumbered?): its record follows it, and it is cleaned there "
                                     "before it is offered"))
@@ -872,7 +883,7 @@ def _on_return(
                                           "and whose record was detached from its old path")
         return
     _set(journal, out, key, None)
-    _set(journal, out, target.host_path, replace(record, cls=target.cls.name, ident=target.ident))
+    _set(journal, out, target.host_path, _moved(world, record, target))
     out.events.append(EventSpec(_node_event_target(world.node), WARNING, "VolumeMoved",
                                 f"volume {record.identity} ({record.state}), which was replaced at its old path, is "
                                 f"back at {target.host_path}; it is cleaned there before it is offered"))

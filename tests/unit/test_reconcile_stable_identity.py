@@ -195,3 +195,17 @@ def test_a_pv_on_offer_for_a_path_that_now_shows_another_disk_is_taken_off_offer
     # Its PV gone, a's record (nobody used it) waits for its disk: b's path is held by b's claim.
     second = plan(replace(world, pvs=[world.pvs[1]], journal=journal_after(world, result)))
     assert second.cleanups == [] and second.creates == [] and {"/mnt/disks/a", "/mnt/disks/b"} <= set(second.held)
+
+
+def test_a_record_that_follows_its_disk_takes_the_pv_name_of_its_new_path() -> None:
+    """Cleanups are tracked by PV name: under its old name, the cleanup of the moved disk
+    would be taken for the cleanup of the next volume offered at the old path (found by the
+    renumber campaign: that volume was offered with its tenant's data)."""
+    journal = {"/mnt/disks/a": rec(CLEANING, "a", UUID_A)}
+    world = make_world(scans={"sc1": [vol("a", UUID_C), vol("c", UUID_A)]}, journal=journal)
+    result = plan(world)
+    after = journal_after(world, result)
+    assert after["/mnt/disks/c"].pv == name_of("c") and after["/mnt/disks/c"].pv_uid == ""
+    # The disk now at a is a new volume under a's name; c's cleanup runs under c's name.
+    assert [c.pv_name for c in result.cleanups] == [name_of("c")]
+    assert [c.pv["metadata"]["name"] for c in result.creates] == [name_of("a")]
