@@ -18,6 +18,12 @@ from a generator seeded by the campaign's seed alone (the same seed, the same ki
 * ``state-loss``   - with the agent SIGKILLed, everything in its state dir (journal.json and
   the rest) is removed; every other such cycle the Released PV of a volume its tenant just
   left is deleted meanwhile too; the agent is started again;
+* ``renumber``     - the node reboots and the kernel deals out the disks' device numbers in
+  another order: with the agent SIGKILLed (and a bound tenant's claim deleted meanwhile, if
+  there is one), every volume's ext4 image is detached and attached again on another
+  volume's loop device, and each path is mounted from its device *name* again, as an fstab
+  line ``/dev/loopN /mnt/disks/vN`` would; the agent starts on the swapped disks and, a
+  while later, the operator mounts each disk at its own path again;
 * ``unclaim``      - the operator "unsticks" a Bound or Released PV whose volume holds its
   tenant's data by removing its claimRef (``kubectl patch pv --type json`` with
   ``remove /spec/claimRef``), with the agent SIGKILLed for the while, SIGKILLed at a random
@@ -35,9 +41,11 @@ as between them), and any violation stops the campaign with an exception naming 
   as a violation only once it stayed Available over a dirty volume longer than ``grace``
   (5 s) after the agent was up - its /status counts a completed pass - or after it was
   applied, whichever is later. A PV the campaign unclaimed has the same window, counted
-  from the patch. The report gives the longest such exposures, in all and after the agent
-  was up;
-* ``cleaned-while-bound`` - a tenant's data is never removed while its claim is bound;
+  from the patch, and so has a PV that was on offer when a ``renumber`` cycle put another
+  disk at its path (counted from the reboot). The report gives the longest such exposures,
+  in all and after the agent was up;
+* ``cleaned-while-bound`` - a tenant's data is never removed while its claim is bound,
+  wherever its disk is mounted (a ``renumber`` cycle moves it to another path);
 * ``claim-kept``     - a live claim whose PV was unclaimed is Bound to it again within
   ``grace`` of the agent being up (or of the patch, whichever is later);
 * ``eventually-clean`` - after the faults stop, every volume is offered again, empty.
@@ -85,7 +93,7 @@ from localpv.nfs.pathpattern import RESERVED_DIRECTORY
 from localpv.testing.apiserver import ApiError, ApiServer
 from localpv.testing.apiserver.patch import JSON_PATCH
 from localpv.testing.apiserver.resources import resource_for
-from localpv.testing.hostfs import Mounter
+from localpv.testing.hostfs import LoopDevices, Mounter
 from localpv.testing.objects import claim, node, storage_class
 
 NODE = "campaign-node"
@@ -95,7 +103,8 @@ HOST_DIR = "/mnt/disks"
 ALIAS_HOST_DIR = "/mnt/disks-alias"
 FAULTS = ("drop-watches", "gone", "write-5xx", "conflicts", "latency", "restart", "lost-answers")
 #: The agent campaign's kinds of cycle, with the weight of each in the seeded draw.
-CYCLE_KINDS = {"faults": 10, "reapply-down": 3, "reapply-up": 3, "hostdir": 2, "state-loss": 3, "unclaim": 3}
+CYCLE_KINDS = {"faults": 10, "reapply-down": 3, "reapply-up": 3, "hostdir": 2, "state-loss": 3, "unclaim": 3,
+               "renumber": 3}
 #: How long a PV the campaign re-applied may stay on offer over a dirty volume once the
 #: agent is up (has completed a pass) before that counts as ``offered-dirty``. The agent
 #: retracts it in the pass after its PV watch shows it; under the campaign's own faults
@@ -104,7 +113,7 @@ CYCLE_KINDS = {"faults": 10, "reapply-down": 3, "reapply-up": 3, "hostdir": 2, "
 REAPPLY_GRACE = 5.0
 #: Agent events counted in the report (each says one of the identity rules acted).
 AGENT_EVENTS = ("VolumeRetracted", "VolumeMoved", "JournalRecovering", "VolumeNotCleaned", "VolumeSuspect",
-                "VolumeClaimRestored")
+                "VolumeClaimRestored", "VolumeIdentityMismatch", "VolumeReplaced", "VolumeConditionAbnormal")
 
 
 class Violation(AssertionError):
@@ -139,6 +148,11 @@ class CampaignReport:
     claims_kept: int = 0
     unclaimed_offer_max: float = 0.0
     unclaimed_after_up_max: float = 0.0
+    #: Reboots that renumbered the disks, how many disks moved, and the longest time a PV
+    #: that was on offer stayed so over another (dirty) disk put at its path, after the agent was up.
+    renumbered: int = 0
+    disks_moved: int = 0
+    renumbered_after_up_max: float = 0.0
     agent_events: Counter[str] = field(default_factory=Counter)
 
     def summary(self) -> str:
@@ -155,7 +169,10 @@ class CampaignReport:
                      f"{self.reapplied_after_up_max:.2f} s after the agent was up"
                      f"\n{self.unclaimed} PVs unclaimed ({self.claims_kept} live claims Bound to theirs again), "
                      f"on offer over dirty volumes: at most {self.unclaimed_offer_max:.2f} s in all, "
-                     f"{self.unclaimed_after_up_max:.2f} s after the agent was up; agent events: {events}")
+                     f"{self.unclaimed_after_up_max:.2f} s after the agent was up"
+                     f"\n{self.renumbered} reboots renumbering disks ({self.disks_moved} disks moved), PVs on offer "
+                     f"over another disk at most {self.renumbered_after_up_max:.2f} s after the agent was up; "
+                     f"agent events: {events}")
         return text
 
 
@@ -185,16 +202,23 @@ def inject_faults(server: ApiServer, faults: list[str], report: CampaignReport) 
 
 @dataclass
 class _Volume:
+    """One volume path (and its PV) and the tenant who claims it. The disk mounted there (an
+    ext4 image on a loop device) may change in a ``renumber`` cycle: a tenant's file is on the
+    disk that was at the path when it was written (``marker_disk``), wherever that is now."""
+
     index: int
     path: Path
     state: str = "idle"  # idle -> claimed -> bound -> released -> idle
     last_uid: str = ""
     claim_name: str = ""
-    marker: Path | None = None
+    #: The tenant's file on the disk (its name), while a claim holds it.
+    marker: str | None = None
     since: float = 0.0
     host_dir: str = HOST_DIR
     #: When the campaign removed the claimRef of this bound tenant's PV (None: it did not, or it is Bound again).
     unclaimed_at: float | None = None
+    #: The disk image the tenant's file was written to.
+    marker_disk: Path | None = None
 
     @property
     def host_path(self) -> str:
@@ -319,6 +343,7 @@ class AgentCampaign(_Campaign):
         if unknown:
             raise ValueError(f"unknown cycle kinds {unknown}; expected some of {list(CYCLE_KINDS)}")
         self.mounter = Mounter()
+        self.loops = LoopDevices(workdir)
         self.volumes = [_Volume(i, workdir / "discovery" / f"v{i}") for i in range(volumes)]
         self._by_path = {f"{d}/v{v.index}": v for d in (HOST_DIR, ALIAS_HOST_DIR) for v in self.volumes}
         self._claims = 0
@@ -339,6 +364,12 @@ class AgentCampaign(_Campaign):
         self._dirty_since: dict[str, float] = {}
         #: uid -> when the campaign removed that PV's claimRef.
         self._unclaimed: dict[str, float] = {}
+        #: uid -> when a PV on offer got another disk at its path (a ``renumber`` cycle's reboot).
+        self._renumbered: dict[str, float] = {}
+        #: Tenants wait while the disks are swapped (between a renumbering reboot and the fix).
+        self._swapped = False
+        #: The disk image mounted at each volume path now.
+        self._image_at: dict[Path, Path] = {}
 
     # ------------------------------------------------------------------ setup and processes
 
@@ -346,7 +377,12 @@ class AgentCampaign(_Campaign):
         self.server.create(node(NODE))
         self.server.create(storage_class(CLASS))
         for volume in self.volumes:
-            self.mounter.tmpfs(volume.path, size=4 << 20)
+            # A real disk for each volume (ext4 has a UUID, tmpfs none), mounted by its
+            # device name as an fstab line would, so that a reboot can renumber them.
+            disk = self.loops.attach(size=16 << 20, ext4=True)
+            self.mounter.device(disk.path, volume.path)
+            (volume.path / "lost+found").rmdir()  # offered empty, like a fresh tmpfs
+            self._image_at[volume.path] = disk.backing
         (self.workdir / "discovery-alias").symlink_to(self.workdir / "discovery")
         kubeconfig = self.workdir / "kubeconfig"
         self.server.write_kubeconfig(str(kubeconfig))
@@ -365,6 +401,7 @@ class AgentCampaign(_Campaign):
 
     def _teardown(self) -> None:
         self.mounter.umount_all()
+        self.loops.detach_all()
 
     def _start(self, name: str) -> None:
         super()._start(name)
@@ -428,6 +465,8 @@ class AgentCampaign(_Campaign):
             self._hostdir_cycle(start, end)
         elif kind == "unclaim":
             self._unclaim_cycle(start, end)
+        elif kind == "renumber":
+            self._renumber_cycle(start, end)
         else:
             self._state_loss_cycle(start, end)
         self._run_until(end)
@@ -606,6 +645,75 @@ class AgentCampaign(_Campaign):
             self._kill_agent()
             self._start("agent")
 
+    def _renumber_cycle(self, start: float, end: float) -> None:
+        """A reboot that renumbers the disks, a while with each on another path, then the fix."""
+        self._run_until(start + self.rng.uniform(0.2, 0.4) * self.cycle_seconds)
+        self._run_until(end + 20, lambda: any(v.state == "bound" for v in self.volumes))
+        self._kill_agent()  # the node goes down
+        bound = [v for v in self.volumes if v.state == "bound" and v.unclaimed_at is None]
+        if bound:
+            self._release(self.rng.choice(bound))  # a claim deleted while the node is down
+        # Requests the killed agent had in flight (a PV create under 300 ms of latency) land
+        # meanwhile: the PVs on offer at the reboot are the ones that exist after it.
+        self._run_for(1.0)
+        paths = [v.path for v in self.volumes]
+        images = [self._image_at[p] for p in paths]
+        while [self._image_at[p] for p in paths] == images:
+            self.rng.shuffle(images)  # at least one disk moves
+        moved = sum(1 for p, i in zip(paths, images, strict=True) if self._image_at[p] != i)
+        self._attach_disks(dict(zip(paths, images, strict=True)))
+        self._swapped = True
+        self.report.renumbered += 1
+        self.report.disks_moved += moved
+        self._note(f"rebooted: {moved} disks moved")
+        self._start("agent")
+        self._run_until(end + 20, lambda: self._agent_up_at is not None)
+        self._run_for(self.rng.uniform(1.0, 2.0))  # the agent on the swapped disks
+        self._attach_disks(self._recorded_placement())  # the operator's fix, from `localpv status`
+        self._swapped = False
+        self._note("each disk mounted at the path its record names again")
+
+    def _recorded_placement(self) -> dict[Path, Path]:
+        """Each disk at the path whose record names its identity (what `localpv status` lists,
+        as the runbook says); disks no record names take the remaining paths."""
+        identity_at = {str(v.get("path")): str(v.get("identity") or "") for v in self._agent_status().get("volumes")
+                       or [] if isinstance(v, dict)}
+        uuid_of = {image: "fs:uuid=" + subprocess.run(["blkid", "-p", "-o", "value", "-s", "UUID", str(image)],
+                                                      capture_output=True, text=True, check=True).stdout.strip()
+                   for image in self._image_at.values()}
+        placement: dict[Path, Path] = {}
+        for volume in self.volumes:
+            wanted = identity_at.get(volume.host_path)
+            image = next((i for i, u in uuid_of.items() if u == wanted and i not in placement.values()), None)
+            if image is not None:
+                placement[volume.path] = image
+        spare = [i for i in uuid_of if i not in placement.values()]
+        for volume in self.volumes:
+            if volume.path not in placement:
+                placement[volume.path] = spare.pop(0)
+        return placement
+
+    def _attach_disks(self, placement: dict[Path, Path]) -> None:
+        """Mount disk ``placement[path]`` at each volume path, from a loop device's *name*.
+
+        A PV on offer at that moment may now offer another disk, one that holds data: no
+        agent can take it off offer before its next pass (with the agent down, before its
+        first), so such a PV gets the same grace as a re-applied one, counted from now."""
+        now = time.monotonic()
+        for items in self._pvs_by_path().values():
+            for pv in items:
+                if pv.get("status", {}).get("phase") == "Available":
+                    self._renumbered[str(pv["metadata"]["uid"])] = now
+        devices = sorted(d.path for d in self.loops.attached)
+        for volume in self.volumes:
+            self.mounter.umount(volume.path)
+        for disk in self.loops.attached:
+            self.loops.detach(disk)
+        for volume, device in zip(self.volumes, devices, strict=True):
+            self.loops.attach_image(placement[volume.path], device)
+            self.mounter.device(device, volume.path)
+        self._image_at = dict(placement)
+
     def _unclaim(self, volume: _Volume, pv: dict[str, Any], agent: str) -> bool:
         """``kubectl patch pv --type json`` removing ``/spec/claimRef`` (of that very PV)."""
         name, uid = str(pv["metadata"]["name"]), str(pv["metadata"]["uid"])
@@ -630,7 +738,7 @@ class AgentCampaign(_Campaign):
         except ApiError as err:
             if err.code != 404:
                 raise
-        volume.state, volume.marker, volume.unclaimed_at = "released", None, None
+        volume.state, volume.marker, volume.marker_disk, volume.unclaimed_at = "released", None, None, None
 
     def _delete_pv(self, name: str) -> None:
         try:
@@ -686,6 +794,18 @@ class AgentCampaign(_Campaign):
             return
         unclaimed = uid in self._unclaimed
         applied = self._unclaimed.get(uid) if unclaimed else self._reapplied.get(uid)
+        if uid in self._renumbered:
+            # On offer when the reboot put another disk at its path: the agent takes it off
+            # offer in its first pass (until then, the window no agent can close).
+            if self._agent_up_at is None:
+                return
+            exposure = now - max(self._renumbered[uid], self._agent_up_at)
+            self.report.renumbered_after_up_max = max(self.report.renumbered_after_up_max, exposure)
+            if exposure > self.grace:
+                raise Violation("offered-dirty", f"{pv['spec']['local']['path']}: PV {pv['metadata']['name']} "
+                                                 f"(uid {uid}) on offer over another disk holding {left} "
+                                                 f"{exposure:.1f} s after the agent was up")
+            return
         if applied is None:
             raise Violation("offered-dirty", f"{pv['spec']['local']['path']} offered as {pv['metadata']['name']} "
                                              f"(uid {uid}) still holds {left}")
@@ -716,8 +836,12 @@ class AgentCampaign(_Campaign):
     def _advance(self, volume: _Volume, pv: dict[str, Any] | None) -> None:
         phase = (pv or {}).get("status", {}).get("phase")
         uid = (pv or {}).get("metadata", {}).get("uid", "")
-        if volume.state == "bound" and volume.marker is not None and not volume.marker.exists():
-            raise Violation("cleaned-while-bound", f"{volume.host_path}: data of {volume.claim_name} vanished")
+        marker = self._marker_path(volume)
+        if volume.state == "bound" and marker is not None and not marker.exists():
+            raise Violation("cleaned-while-bound", f"{volume.host_path}: data of {volume.claim_name} vanished "
+                                                   f"(its disk is mounted at {marker.parent})")
+        if self._swapped:
+            return  # the node's pods wait for the operator to mount each disk at its path again
         if volume.state == "bound" and volume.unclaimed_at is not None:
             self._await_claim_kept(volume, pv)
             return
@@ -728,12 +852,19 @@ class AgentCampaign(_Campaign):
             self._claim(volume)
         elif volume.state == "claimed" and phase == "Bound" and \
                 (pv or {}).get("spec", {}).get("claimRef", {}).get("name") == volume.claim_name:
-            volume.marker = volume.path / f"data-{volume.claim_name}"
-            volume.marker.write_text("tenant data\n")
+            volume.marker, volume.marker_disk = f"data-{volume.claim_name}", self._image_at[volume.path]
+            (volume.path / volume.marker).write_text("tenant data\n")
             volume.state, volume.since = "bound", time.monotonic()
             self.report.tenants += 1
         elif volume.state == "bound" and time.monotonic() - volume.since > self.rng.uniform(0.1, 0.6):
             self._release(volume)
+
+    def _marker_path(self, volume: _Volume) -> Path | None:
+        """Where the tenant's file is now: on the disk it was written to, wherever that is mounted."""
+        if volume.marker is None:
+            return None
+        mounted = next((path for path, image in self._image_at.items() if image == volume.marker_disk), None)
+        return (mounted or volume.path) / volume.marker
 
     def _await_claim_kept(self, volume: _Volume, pv: dict[str, Any] | None) -> None:
         """A tenant whose PV the campaign unclaimed holds on until its claim is Bound to that

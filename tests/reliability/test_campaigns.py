@@ -14,15 +14,16 @@ pytestmark = pytest.mark.root
 def test_agent_keeps_its_promises_under_faults_kill9_and_identity_changes(tmp_path: Path) -> None:
     """One cycle of each kind: a PV re-applied with the agent down and with it up, the
     class's hostDir changed to an alias, the state dir lost, a PV's claimRef removed by
-    hand, API faults with kill -9.
-    Every tick checks that no PV is Available over a previous tenant's data."""
-    kinds = ("reapply-down", "reapply-up", "hostdir", "state-loss", "unclaim", "faults")
+    hand, a reboot that renumbers the disks, API faults with kill -9.
+    Every tick checks that no PV is Available over a previous tenant's data, and that no
+    bound tenant's data vanishes from its disk wherever that disk is mounted."""
+    kinds = ("reapply-down", "reapply-up", "hostdir", "state-loss", "unclaim", "renumber", "faults")
     report = AgentCampaign(tmp_path, volumes=4, cycles=len(kinds), cycle_seconds=2.5, seed=7, forced=kinds).run()
     assert report.cycles == len(kinds)
     assert report.kinds == {kind: 1 for kind in kinds}
-    # reapply-down, hostdir and state-loss each kill the agent; the fault cycle does unless
+    # reapply-down, hostdir, state-loss and renumber each kill the agent; the fault cycle does unless
     # its random instant fell after its last tick
-    assert report.kills >= 3
+    assert report.kills >= 4
     # The state-loss cycle also deletes a dirty volume's Released PV when one shows up within
     # 3 s with the agent down, which depends on where the tenants were when it was killed
     # (tests/agent/test_identity_e2e.py::test_lost_state_dir_cleans_before_offering_and_says_so
@@ -31,6 +32,7 @@ def test_agent_keeps_its_promises_under_faults_kill9_and_identity_changes(tmp_pa
     assert report.reapplied + report.reapply_raced == 2 and report.reapplied >= 1
     assert report.host_dir_changes == 1
     assert report.unclaimed == 1
+    assert report.renumbered == 1 and report.disks_moved >= 2
     assert report.tenants >= 8, "the campaign must actually exercise the lifecycle"
     assert sum(report.faults.values()) >= len(kinds)
 
