@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, PODS
-from tests.e2e.cluster import Cluster, forbidden_in_log, run, wait_for
+from tests.e2e.cluster import Cluster, Obj, forbidden_in_log, run, wait_for
 from tests.e2e.conftest import Release
 
 pytestmark = pytest.mark.e2e
@@ -144,3 +144,38 @@ def test_a_released_pv_put_on_offer_by_hand_while_its_cleanup_fails_is_taken_bac
         run("umount", str(inner))
     fresh = cluster.available_pv(vol, timeout=120, not_uid=uid)
     assert fresh["metadata"]["name"] == name and os.listdir(vol) == [], "offered again only once empty"
+
+
+def test_a_volume_unmounted_under_a_running_pod_is_abnormal_on_its_claim(cluster: Cluster, rel: Release) -> None:
+    """Volume health on the real cluster: the disk of a volume a running pod uses is unmounted
+    on the node (the pod keeps its own bind mount; what it writes next would go to the node's
+    directory). The claim gets VolumeConditionAbnormal, as Kubernetes' health monitor posts it
+    for CSI volumes, and VolumeConditionNormal once the disk is mounted again."""
+    cluster.agent_pod(rel.namespace)
+    path = rel.host.mount_volume("watched", "8m")
+    pv = cluster.available_pv(path, timeout=30)
+    ns = rel.namespace
+    cluster.claim(ns, "watched", rel.storage_class, volume_name=pv["metadata"]["name"])
+    cluster.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "user"}, "spec": {
+        "nodeSelector": {"kubernetes.io/hostname": cluster.hostname}, "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "work", "image": cluster.image, "imagePullPolicy": "IfNotPresent",
+                        "command": ["sh", "-c", "echo data > /data/file; sleep 3600"],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "watched"}}]}}, ns)
+    wait_for(lambda: (cluster.get(PODS, "user", ns) or {}).get("status", {}).get("phase") == "Running" or None,
+             120, "the pod running")
+
+    def said(reason: str) -> Obj | None:
+        return next((e for e in cluster.events(ns) if e.get("reason") == reason
+                     and e["involvedObject"]["kind"] == "PersistentVolumeClaim"
+                     and e["involvedObject"]["name"] == "watched"), None)
+
+    run("umount", str(path))
+    event = wait_for(lambda: said("VolumeConditionAbnormal"), 60, "VolumeConditionAbnormal on the claim")
+    assert event["type"] == "Warning" and "NotMounted" in event["message"], event
+    assert (cluster.get(PODS, "user", ns) or {}).get("status", {}).get("phase") == "Running", "reporting only"
+    run("mount", "-t", "tmpfs", "-o", "size=8m,mode=1777", "localpv-e2e-watched", str(path))
+    back = wait_for(lambda: said("VolumeConditionNormal"), 60, "VolumeConditionNormal on the claim")
+    assert back["type"] == "Normal"
+    cluster.delete_and_wait(PODS, "user", ns)
+    cluster.delete_and_wait(PERSISTENT_VOLUME_CLAIMS, "watched", ns)
