@@ -181,10 +181,11 @@ class Replicas:
         self.running: list[NfsReplica] = []
 
     def start(self, *, leader_election: bool = False, clock: Clock | None = None, identity: str | None = None,
-              **settings: Any) -> NfsReplica:
+              cluster_id: str | None = None, **settings: Any) -> NfsReplica:
+        """A replica; ``cluster_id`` None: its cluster's own (the emulator's kube-system uid)."""
         controller = ControllerSettings(PROVISIONER, **{"backoff": ItemBackoff(0.05, 0.4), **settings})
         options = NfsOptions(
-            NfsSource(SERVER, NFS_PATH, str(self.layout.export)), controller,
+            NfsSource(SERVER, NFS_PATH, str(self.layout.export)), controller, cluster_id=cluster_id,
             leader_election=leader_election, namespace="kube-system",
             lease_duration=1.0, renew_deadline=0.7, retry_period=0.1,
             **({"identity": identity} if identity else {}),
