@@ -52,14 +52,14 @@ class NfsOptions:
 
     source: NfsSource
     controller: ControllerSettings
-    #: The id ownership records name (``--cluster-id``); None: the kube-system namespace's uid.
-    cluster_id: str | None = None
     leader_election: bool = True
     namespace: str = "default"
     identity: str = field(default_factory=default_identity)
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    #: The id ownership records name (``--cluster-id``); None: the kube-system namespace's uid.
+    cluster_id: str | None = None
 
     def lease(self) -> LeaseConfig:
         return LeaseConfig(self.namespace, lock_name(self.controller.provisioner_name), self.identity,
