@@ -147,3 +147,22 @@ def test_an_explicit_cluster_id_needs_no_read_of_the_cluster(apiserver: ApiServe
     assert json.loads(record.read_text())["cluster"] == "prod-eu-1"
     assert pv["spec"]["nfs"]["path"].startswith(NFS_PATH + "/")
     assert not [r for r in apiserver.requests if r.resource == "namespaces"]
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_an_api_server_that_does_not_answer_for_the_cluster_id_is_exit_1_not_a_setting(
+        apiserver: ApiServer, layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exit 2 says "change a setting"; an API server down at start is the kubelet's to retry."""
+    from localpv.nfs import app
+    from localpv.nfs.cluster import ClusterIdUnavailable
+
+    def unanswered(api: object) -> str:
+        raise ClusterIdUnavailable("reading namespace kube-system: 503 ServiceUnavailable: down", settable=False)
+
+    monkeypatch.setattr(app, "read_cluster_id", unanswered)
+    env = process_env(apiserver, layout, tmp_path, LOCALPV_LISTEN_ADDRESS="127.0.0.1:0")
+    result = CliRunner().invoke(cli, ["nfs"], env={k: v for k, v in env.items() if k != "LOCALPV_CLUSTER_ID"})
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        "error: cannot read the cluster id: reading namespace kube-system: 503 ServiceUnavailable: down; the "
+        "provisioner needs it before it starts"]
