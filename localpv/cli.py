@@ -857,6 +857,9 @@ def _octal_mode(ctx: click.Context, param: click.Parameter, value: str) -> int:
               help="Where the export is mounted in this pod (env NFS_MOUNT_DIR).")
 @click.option("--dir-mode", envvar="NFS_DIR_MODE", default="0777", show_default=True, callback=_octal_mode,
               help="Mode of each volume directory, set explicitly (env NFS_DIR_MODE).")
+@click.option("--cluster-id", envvar="LOCALPV_CLUSTER_ID", default="",
+              help="This cluster's id in the ownership records on the export (env LOCALPV_CLUSTER_ID); empty: the "
+                   "uid of namespace kube-system. A rebuilt cluster sets its old id to take its directories back.")
 @click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
               help="Address for /metrics, /ready and /healthz.")
 @click.option("--workers", default=4, show_default=True, type=click.IntRange(1, 256), envvar="LOCALPV_WORKERS",
@@ -881,7 +884,7 @@ def _octal_mode(ctx: click.Context, param: click.Parameter, value: str) -> int:
               help="Leader election: wait between attempts to acquire or renew the Lease.")
 @_kube_api_rate_options(CONTROLLER_RATE)
 def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: str, kubeconfig: str | None,
-        namespace: str | None, mount_dir: str, dir_mode: int, listen_address: str, workers: int,
+        namespace: str | None, mount_dir: str, dir_mode: int, cluster_id: str, listen_address: str, workers: int,
         resync_period: float, retry_initial: float, retry_max: float, failed_provision_threshold: int,
         failed_delete_threshold: int, lease_duration: float, renew_deadline: float, retry_period: float,
         kube_api_qps: float, kube_api_burst: int) -> None:
@@ -889,14 +892,18 @@ def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: 
 
     Every setting is checked before anything starts; all problems are reported at once, one
     line each, exit 2: the provisioner name as Kubernetes will check it (StorageClass, Lease),
-    the kubeconfig, the listen address (bound here, so a port in use is reported first).
+    the kubeconfig, the listen address (bound here, so a port in use is reported first). Then
+    the cluster id: without ``--cluster-id`` it is read from the cluster, and a provisioner that
+    cannot read it exits (2 when setting it is the fix, 1 when the API server did not answer).
     """
     from localpv.httpserver import ListenError, parse_listen_address
     from localpv.kube.client import kubeconfig_problem
     from localpv.kube.leader import LeaseConfig
     from localpv.kube.workqueue import ItemBackoff
     from localpv.nfs.app import NfsOptions, check_mount_dir, election_namespace, run
+    from localpv.nfs.cluster import CLUSTER_NAMESPACE, ClusterIdUnavailable
     from localpv.nfs.controller import ControllerSettings
+    from localpv.nfs.ownership import cluster_id_problem
     from localpv.nfs.params import parse_bool
     from localpv.nfs.provisioner import NfsSource
 
@@ -917,6 +924,9 @@ def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: 
     except ValueError as err:
         problems.append(str(err))
     problems += [p for p in (check_mount_dir(mount_dir),) if p]
+    if cluster_id and (id_problem := cluster_id_problem(cluster_id)):
+        problems.append(f"{_named('cluster_id', '--cluster-id', 'LOCALPV_CLUSTER_ID', _quote(cluster_id))}: "
+                        f"{id_problem}")
     try:
         LeaseConfig("", "", "", lease_duration, renew_deadline, retry_period)  # validates the timing
     except ValueError as err:
@@ -938,13 +948,21 @@ def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: 
         backoff=ItemBackoff(retry_initial, retry_max), failed_provision_threshold=failed_provision_threshold,
         failed_delete_threshold=failed_delete_threshold,
     )
-    options = NfsOptions(source=source, controller=settings, leader_election=elect,
+    options = NfsOptions(source=source, controller=settings, cluster_id=cluster_id or None, leader_election=elect,
                          namespace=election_namespace(namespace), lease_duration=lease_duration,
                          renew_deadline=renew_deadline, retry_period=retry_period)
     api_client = _api_client_or_exit(kubeconfig)
     listener = _listen_or_exit(listen_address)
-    sys.exit(run(options, api_client=api_client, listener=listener,
-                 limiter=rate_limiter(kube_api_qps, kube_api_burst)))
+    try:
+        code = run(options, api_client=api_client, listener=listener,
+                   limiter=rate_limiter(kube_api_qps, kube_api_burst))
+    except ClusterIdUnavailable as err:
+        fix = (f"set --cluster-id (or LOCALPV_CLUSTER_ID) to this cluster's id, the uid of namespace "
+               f"{CLUSTER_NAMESPACE} or the id it had before a rebuild, or grant get on namespace "
+               f"{CLUSTER_NAMESPACE}") if err.settable else "the provisioner needs it before it starts"
+        click.echo(f"error: {_one_line(f'cannot read the cluster id: {err}; {fix}')}", err=True)
+        sys.exit(CONFIG_ERROR_EXIT if err.settable else 1)
+    sys.exit(code)
 
 
 @cli.command("node-cleanup")

@@ -4,6 +4,9 @@ Wiring only. A replica campaigns for the Lease; the leader starts the informers 
 workers (as the lib does, so standby replicas cost the API server nothing), and a leader
 that loses the lease stops all work at once and reports itself finished, so the command
 exits and the pod restarts as a fresh candidate (upstream exits via ``Fatalf``).
+
+A replica knows its cluster id before it campaigns (:mod:`localpv.nfs.cluster`): given, or read
+once at start, and a replica that cannot read it does not start.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from localpv.kube.errors import NO_RETRY
 from localpv.kube.events import EventRecorder
 from localpv.kube.leader import LeaderElector, LeaseConfig, default_identity, lock_name
 from localpv.kube.ratelimit import RateLimiter
+from localpv.nfs.cluster import CLUSTER_NAMESPACE, read_cluster_id
 from localpv.nfs.controller import ClusterCache, ControllerSettings, ProvisionController
 from localpv.nfs.export import Export
 from localpv.nfs.metrics import NfsMetrics
@@ -54,6 +58,8 @@ class NfsOptions:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    #: The id ownership records name (``--cluster-id``); None: the kube-system namespace's uid.
+    cluster_id: str | None = None
 
     def lease(self) -> LeaseConfig:
         return LeaseConfig(self.namespace, lock_name(self.controller.provisioner_name), self.identity,
@@ -73,6 +79,7 @@ class NfsReplica:
         # Events have a rate budget of their own: a burst of them must not slow provisioning.
         self.recorder = EventRecorder(api.with_own_budget(), component=component, clock=self.clock)
         self.controller: ProvisionController | None = None
+        self.cluster_id = options.cluster_id
         self.finished = threading.Event()
         self.elector: LeaderElector | None = None
         if options.leader_election:
@@ -83,7 +90,19 @@ class NfsReplica:
             self.elector = LeaderElector(lease_api, options.lease(), on_started=self._lead, on_stopped=self._unlead,
                                          clock=self.clock, recorder=self.recorder)
 
+    def identify(self) -> str:
+        """This cluster's id, read on the first call when it was not given.
+
+        Raises :class:`~localpv.nfs.cluster.ClusterIdUnavailable`; ``run`` calls this before
+        anything serves, so that a replica without a cluster id never starts.
+        """
+        if self.cluster_id is None:
+            self.cluster_id = read_cluster_id(self.api)
+            log.info("cluster id %s (the uid of namespace %s)", self.cluster_id, CLUSTER_NAMESPACE)
+        return self.cluster_id
+
     def start(self) -> None:
+        self.identify()
         self.recorder.start()
         if self.elector is None:
             self._lead()
@@ -119,13 +138,14 @@ class NfsReplica:
         opts = self.options
         cache = ClusterCache(self.api, clock=self.clock)
         export = Export(opts.source.mount_dir, on_mkdir=self.metrics.directories_created.inc)
-        provisioner = NfsProvisioner(opts.source, export, cache)
+        provisioner = NfsProvisioner(opts.source, export, cache, cluster=self.identify())
         may_act = self.elector.is_leader if self.elector is not None else (lambda: True)
         self.controller = ProvisionController(self.api, cache, provisioner, opts.controller, recorder=self.recorder,
                                               metrics=self.metrics, clock=self.clock, may_act=may_act)
         self.metrics.leader.set(1)
-        log.info("%s: provisioning for %s (export %s:%s mounted at %s)", opts.identity,
-                 opts.controller.provisioner_name, opts.source.server, opts.source.path, opts.source.mount_dir)
+        log.info("%s: provisioning for %s (export %s:%s mounted at %s, cluster id %s)", opts.identity,
+                 opts.controller.provisioner_name, opts.source.server, opts.source.path, opts.source.mount_dir,
+                 provisioner.cluster)
         self.controller.start()
 
     def _unlead(self) -> None:
@@ -152,7 +172,9 @@ def run(options: NfsOptions, *, api_client: Any, listener: socket.socket | str, 
 
     ``api_client`` and ``listener`` (a listening socket, or an address to listen on) are
     made by the caller, so that a bad kubeconfig or a port in use is reported before this runs.
-    Returns 0 after SIGTERM/SIGINT, 1 when the leader lease was lost (the pod restarts).
+    Returns 0 after SIGTERM/SIGINT, 1 when the leader lease was lost (the pod restarts). Raises
+    :class:`~localpv.nfs.cluster.ClusterIdUnavailable` before serving anything when the cluster
+    id was not given and cannot be read.
     """
     import signal
 
@@ -161,6 +183,7 @@ def run(options: NfsOptions, *, api_client: Any, listener: socket.socket | str, 
     metrics = NfsMetrics()
     api = KubeApi(api_client, observer=metrics.api.observe, user_agent="localpv-nfs", limiter=limiter)
     replica = NfsReplica(api, options, metrics=metrics)
+    replica.identify()
     server = StatusServer(listener, metrics.registry, ready=replica.ready, healthy=replica.healthy,
                           metrics_path=metrics_path)
     signalled = threading.Event()

@@ -18,12 +18,25 @@ inside the tenant's directory could be both). Records are read and replaced thro
 Sharing is what a StorageClass opts in to (``allowSharedDirectories``): its claims may use a
 directory without a record, or one made under a class that opted in too - never a directory
 made under a class that did not.
+
+Why a record names the cluster too (issue 17): two clusters may mount one export, and both
+have a claim ``default/postgres``. An identity is namespace and name *in a cluster*, the
+cluster being its id (by default its ``kube-system`` namespace's uid, see
+:mod:`localpv.nfs.cluster`). A record of another cluster is that cluster's directory: not
+handed out here unless a class opts in (``allowOtherClusters``), and never disposed of here.
+
+Format version 2 adds the ``cluster`` field. Version 1 records (written before) are still read,
+with no cluster: who may act on them is the provisioner's rule (a PV of this cluster vouches).
+The previous release reads only version 1, strictly, so it refuses version 2 records as
+corrupt: it neither hands out nor disposes of a directory whose cluster it cannot check.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,11 +55,30 @@ RECORD_FILE = "record"
 #: A record holds a path of at most 4096 bytes and a few names; anything bigger was not written by us.
 MAX_RECORD_BYTES = 16 * 1024
 
-_FORMAT_VERSION = 1
+#: The format written. Version 1 (no ``cluster``) is read too, never written.
+FORMAT_VERSION = 2
 
 SHARING_HINT = ('only StorageClasses with allowSharedDirectories: "true" share directories, and only those made '
                 'under such a class')
+CLUSTER_HINT = ('a directory recorded by another cluster goes only to a StorageClass with allowOtherClusters: '
+                '"true", and is never deleted or archived from here; a rebuilt cluster takes its own back by '
+                'running with the old --cluster-id')
 UNRECORDED = "has no ownership record (made before localpv recorded owners, or by hand)"
+#: Why a version 1 record (no cluster) does not count as this cluster's.
+UNATTRIBUTED = ("recorded before records named their cluster, and no PersistentVolume of this cluster names "
+                "that directory and claim")
+UNATTRIBUTED_HINT = 'such a directory goes only to a StorageClass with allowOtherClusters: "true"'
+
+#: What a cluster id may be: a uid, or a name an operator chose (it is written into every record).
+CLUSTER_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,252}")
+
+
+def cluster_id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a cluster id (None if it can)."""
+    if CLUSTER_ID_RE.fullmatch(value):
+        return None
+    return ('expected letters, digits, ".", "_", ":" and "-", starting with a letter or digit, at most 253 '
+            f"characters (such as the kube-system namespace's uid), got {value!r}")
 
 
 class RecordError(Exception):
@@ -84,16 +116,30 @@ class ClaimIdentity:
 
 @dataclass(frozen=True)
 class OwnerRecord:
-    """Directory ``path`` (relative to the export) was made for ``owner``, under ``storage_class``."""
+    """Directory ``path`` (relative to the export) was made for ``owner`` of cluster ``cluster``,
+    under ``storage_class``. ``cluster`` is None in a record written before records named it."""
 
     path: str
     owner: ClaimIdentity
     storage_class: str
     shared: bool
+    cluster: str | None
+
+    def attributed_to(self, cluster: str) -> OwnerRecord:
+        """This record, read as ``cluster``'s (a version 1 record that cluster has proof of)."""
+        return dataclasses.replace(self, cluster=cluster)
+
+    def whose(self, cluster: str) -> str:
+        """Its owner as an event names it, read by ``cluster``: the claim, and the cluster if not that one."""
+        if self.cluster == cluster:
+            return f"claim {self.owner}"
+        if self.cluster is None:
+            return f"claim {self.owner} ({UNATTRIBUTED})"
+        return f"claim {self.owner} of another cluster (cluster id {self.cluster})"
 
 
-class _RecordFile(TypedDict):
-    """A record on disk (JSON)."""
+class _RecordFileV1(TypedDict):
+    """A record on disk (JSON), as written before records named their cluster."""
 
     version: int
     path: str
@@ -103,20 +149,42 @@ class _RecordFile(TypedDict):
     shared: bool
 
 
+class _RecordFile(_RecordFileV1):
+    """A record on disk (JSON): version 2 adds the cluster."""
+
+    cluster: str
+
+
 @dataclass(frozen=True)
 class Claimant:
-    """A claim asking for, or releasing, a directory; ``shares``: its class opted in to sharing."""
+    """A claim of cluster ``cluster`` asking for, or releasing, a directory. ``shares``: its class
+    opted in to sharing; ``other_clusters``: to using directories other clusters recorded."""
 
     identity: ClaimIdentity
+    cluster: str
     storage_class: str
     shares: bool
+    other_clusters: bool = False
 
     def may_use(self, record: OwnerRecord) -> bool:
-        """Its own directory, or a shared one when its class shares too."""
-        return record.owner == self.identity or (record.shared and self.shares)
+        """Its own directory, or a shared one when its class shares too; either recorded by its
+        own cluster, or by any when its class opts in. A record with no cluster (version 1) is
+        another cluster's here: the provisioner attributes the ones this cluster can prove."""
+        in_reach = record.cluster == self.cluster or self.other_clusters
+        return in_reach and (record.owner == self.identity or (record.shared and self.shares))
+
+    def hint(self, record: OwnerRecord) -> str:
+        """What would let this claimant use ``record``'s directory (for a refusal's message)."""
+        if record.cluster == self.cluster or self.other_clusters:
+            return SHARING_HINT
+        return UNATTRIBUTED_HINT if record.cluster is None else CLUSTER_HINT
+
+    def named(self, record: OwnerRecord) -> str:
+        """This claimant as a refusal over ``record`` names it: the cluster is said when it is what differs."""
+        return f"claim {self.identity}" + ("" if record.cluster == self.cluster else " of this cluster")
 
     def record_for(self, path: str) -> OwnerRecord:
-        return OwnerRecord(path, self.identity, self.storage_class, self.shares)
+        return OwnerRecord(path, self.identity, self.storage_class, self.shares, self.cluster)
 
 
 def first_foreign(records: Iterable[OwnerRecord], claimant: Claimant) -> OwnerRecord | None:
@@ -143,9 +211,18 @@ def conflict(path: str, other: str, whose: str) -> str:
 
 
 def encode(record: OwnerRecord) -> bytes:
-    body: _RecordFile = {"version": _FORMAT_VERSION, "path": record.path, "namespace": record.owner.namespace,
-                         "name": record.owner.name, "storageClass": record.storage_class, "shared": record.shared}
+    """A version 2 record; every record written names its cluster."""
+    if record.cluster is None:
+        raise ValueError(f"the record of {record.path!r} names no cluster; every record written must")
+    body: _RecordFile = {"version": FORMAT_VERSION, "path": record.path, "namespace": record.owner.namespace,
+                         "name": record.owner.name, "storageClass": record.storage_class, "shared": record.shared,
+                         "cluster": record.cluster}
     return json.dumps(body, ensure_ascii=False, sort_keys=True).encode() + b"\n"
+
+
+#: The exact fields of each format version read: an unknown field could be a restriction this
+#: reader does not know of, so it makes the record corrupt rather than being ignored.
+_FIELDS = {1: frozenset(_RecordFileV1.__annotations__), FORMAT_VERSION: frozenset(_RecordFile.__annotations__)}
 
 
 def decode(data: bytes, where: str) -> OwnerRecord:
@@ -154,14 +231,15 @@ def decode(data: bytes, where: str) -> OwnerRecord:
         body = json.loads(data)
     except ValueError as err:
         raise CorruptRecord(f"ownership record {where} is not JSON: {err}") from err
-    expected = _RecordFile.__annotations__
-    if not isinstance(body, dict) or body.get("version") != _FORMAT_VERSION or set(body) != set(expected):
-        raise CorruptRecord(f"ownership record {where} is not a version {_FORMAT_VERSION} record")
-    text_fields = ("path", "namespace", "name", "storageClass")
+    version = body.get("version") if isinstance(body, dict) else None
+    fields = _FIELDS.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
+    if fields is None or set(body) != fields:
+        raise CorruptRecord(f"ownership record {where} is not a version 1 or {FORMAT_VERSION} record")
+    text_fields = ("path", "namespace", "name", "storageClass", *(("cluster",) if "cluster" in fields else ()))
     if not all(isinstance(body[k], str) and body[k] for k in text_fields) or not isinstance(body["shared"], bool):
         raise CorruptRecord(f"ownership record {where} has fields of the wrong type")
     return OwnerRecord(body["path"], ClaimIdentity(body["namespace"], body["name"]), body["storageClass"],
-                       body["shared"])
+                       body["shared"], body.get("cluster"))
 
 
 def record_location(parts: Sequence[str]) -> tuple[str, ...]:

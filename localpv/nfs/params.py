@@ -5,8 +5,9 @@ small place: ``onDelete`` wins when it is exactly ``delete`` or ``retain``; othe
 ``archiveOnDelete`` decides, parsed with Go's ``strconv.ParseBool``, and an *absent* value
 means archive (the chart's default, and the safe one: no data is lost).
 
-``allowSharedDirectories`` is ours: absent means false, so a class must say in so many
-words that its claims may be handed a directory another claim made.
+``allowSharedDirectories`` and ``allowOtherClusters`` are ours: absent means false, so a
+class must say in so many words that its claims may be handed a directory another claim, or
+another cluster's claim, made.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ ON_DELETE = "onDelete"
 ARCHIVE_ON_DELETE = "archiveOnDelete"
 #: Ours, not upstream's: claims of different identities may share a directory (see ownership).
 ALLOW_SHARED_DIRECTORIES = "allowSharedDirectories"
+#: Ours: claims may be handed a directory another cluster on the same export recorded.
+ALLOW_OTHER_CLUSTERS = "allowOtherClusters"
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -64,14 +67,23 @@ def path_pattern(parameters: Mapping[str, Any]) -> str | None:
 
 
 def allow_shared_directories(parameters: Mapping[str, Any]) -> bool:
-    """Whether the class opts in to sharing directories between claims; ValueError if unparsable.
+    """Whether the class opts in to sharing directories between claims; ValueError if unparsable."""
+    return _opt_in(parameters, ALLOW_SHARED_DIRECTORIES)
 
-    A typo must not silently mean "share": anything but a ParseBool spelling is an error.
-    """
-    value = parameters.get(ALLOW_SHARED_DIRECTORIES)
+
+def allow_other_clusters(parameters: Mapping[str, Any]) -> bool:
+    """Whether the class opts in to using directories recorded by other clusters (or before
+    records named a cluster); ValueError if unparsable."""
+    return _opt_in(parameters, ALLOW_OTHER_CLUSTERS)
+
+
+def _opt_in(parameters: Mapping[str, Any], key: str) -> bool:
+    """An opt-in parameter: absent is false. A typo must not silently mean "yes": anything but a
+    ParseBool spelling is an error."""
+    value = parameters.get(key)
     if value is None:
         return False
     try:
         return parse_bool(str(value))
     except ValueError as err:
-        raise ValueError(f"parameters.{ALLOW_SHARED_DIRECTORIES}: {err}") from err
+        raise ValueError(f"parameters.{key}: {err}") from err

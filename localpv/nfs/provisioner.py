@@ -13,11 +13,18 @@ And a directory is handed to, or disposed of for, only the claim identity that o
 (:mod:`localpv.nfs.ownership`): a ``pathPattern`` fed by annotations lets a tenant *name* any
 directory, so a name proves nothing. What does: the ownership record written when the
 directory was made, and the PV objects (cluster-scoped, not tenant-writable) still naming it.
+
+A claim identity is one *in a cluster* (issue 17): two clusters may share the export. Records
+name the cluster that wrote them; a directory recorded by another cluster is refused (unless
+the class says ``allowOtherClusters``) and never deleted or archived from here. A record
+written before records named a cluster counts as this cluster's only where a PV of this
+cluster vouches for it: it names that directory and the recorded claim.
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import posixpath
 import threading
@@ -148,10 +155,12 @@ class NfsProvisioner:
 
     supports_block = False
 
-    def __init__(self, source: NfsSource, export: Export, view: ClusterView) -> None:
+    def __init__(self, source: NfsSource, export: Export, view: ClusterView, *, cluster: str) -> None:
         self.source = source
         self.export = export
         self.view = view
+        #: This cluster's id: written into every record, compared with every record read.
+        self.cluster = cluster
         self.owners = OwnershipStore(export)
         # Deciding who owns a directory and acting on it is one step: the controller's workers
         # run in parallel, and two claims naming one path must not both see it free.
@@ -166,7 +175,7 @@ class NfsProvisioner:
         claimant = self._claimant(request)
         try:
             with self._ownership:
-                created = self._take_directory(sub, claimant, request.pv_name)
+                taken = self._take_directory(sub, claimant, request.pv_name)
         except NotOwned as err:
             raise ProvisionFailed(f"refusing the directory path: {_fields(sub)}: {err}", final=True,
                                   unsafe_path=True) from err
@@ -182,8 +191,7 @@ class NfsProvisioner:
             raise ProvisionFailed(f"unable to create directory {sub.relative!r} on the export: {err}",
                                   final=False) from err
         server_path = self.source.server_path(sub)
-        return Provisioned(self._volume(request, server_path), self._sharing_notes(sub, server_path, created,
-                                                                                   request.pv_name))
+        return Provisioned(self._volume(request, server_path), self._notes(sub, server_path, taken, request.pv_name))
 
     @staticmethod
     def _claim_subpath(request: ProvisionRequest) -> SubPath:
@@ -193,18 +201,19 @@ class NfsProvisioner:
         except PathRejected as err:
             raise ProvisionFailed(f"refusing the directory path: {err}", final=True, unsafe_path=True) from err
 
-    @staticmethod
-    def _claimant(request: ProvisionRequest) -> Claimant:
+    def _claimant(self, request: ProvisionRequest) -> Claimant:
         sc = request.storage_class
+        parameters = sc.get("parameters") or {}
         try:
-            shares = params.allow_shared_directories(sc.get("parameters") or {})
+            shares = params.allow_shared_directories(parameters)
+            other_clusters = params.allow_other_clusters(parameters)
         except ValueError as err:
             raise ProvisionFailed(str(err), final=True) from err
-        return Claimant(ClaimIdentity.of_claim(request.claim), str((sc.get("metadata") or {}).get("name") or ""),
-                        shares)
+        return Claimant(ClaimIdentity.of_claim(request.claim), self.cluster,
+                        str((sc.get("metadata") or {}).get("name") or ""), shares, other_clusters)
 
-    def _take_directory(self, sub: SubPath, claimant: Claimant, pv_name: str) -> bool:
-        """Check the directory may go to ``claimant``, record it as theirs, make it; True if made now.
+    def _take_directory(self, sub: SubPath, claimant: Claimant, pv_name: str) -> _Taken:
+        """Check the directory may go to ``claimant``, record it as theirs, make it.
 
         The record is written *before* a new directory is made: a crash in between leaves a
         record of a missing directory (harmless, overwritten by whoever makes it next), never
@@ -212,13 +221,14 @@ class NfsProvisioner:
         """
         self._check_volumes(sub, claimant, pv_name)
         if self.export.exists(sub.parts):
-            self._check_reuse(sub, claimant)
+            record = self._check_reuse(sub, claimant)
             self.export.make_directory(sub.parts, self.source.dir_mode)
-            return False
+            return _Taken(created=False, record=record)
         self._check_parents(sub, claimant)
-        self.owners.write(claimant.record_for(sub.relative))
+        record = claimant.record_for(sub.relative)
+        self.owners.write(record)
         if self.export.make_directory(sub.parts, self.source.dir_mode):
-            return True
+            return _Taken(created=True, record=record)
         self.owners.forget(sub.parts)
         raise OSError(errno.EEXIST, "the directory appeared while it was being made; it is checked again",
                       sub.relative)
@@ -240,39 +250,63 @@ class NfsProvisioner:
             raise NotOwned(f"directory {sub.relative!r} {conflict(sub.relative, other.relative, whose)}; it is "
                            f"not handed to claim {claimant.identity} ({SHARING_HINT})")
 
-    def _check_reuse(self, sub: SubPath, claimant: Claimant) -> None:
+    def _check_reuse(self, sub: SubPath, claimant: Claimant) -> OwnerRecord:
         """An existing directory: no record on, above or below it may be someone else's, and
-        without a record of its own only a PV naming this claim (or sharing) vouches for it."""
-        records = self.owners.around(sub.parts)
+        without a record of its own only a PV naming this claim (or sharing) vouches for it.
+        Returns the directory's record, as it is now on the export."""
+        found = self.owners.around(sub.parts)
+        records = self._attributed(found)
         self._refuse_foreign(records, sub, claimant)
-        if any(record.path == sub.relative for record in records):
-            return
+        own = next((record for record in records if record.path == sub.relative), None)
+        if own is not None:
+            if own not in found:  # a version 1 record this cluster has proof of: from now on it says so
+                self.owners.write(own)
+            return own
         if not (claimant.shares or self._volume_names(sub, claimant.identity)):
             raise NotOwned(f"directory {sub.relative!r} already exists and {UNRECORDED}: nothing proves it is "
                            f"claim {claimant.identity}'s; move it away, or claim it through a StorageClass with "
                            'allowSharedDirectories: "true" to share it')
-        self.owners.write(claimant.record_for(sub.relative))
+        record = claimant.record_for(sub.relative)
+        self.owners.write(record)
+        return record
 
     def _check_parents(self, sub: SubPath, claimant: Claimant) -> None:
         """A new directory inside someone else's would be read by them."""
-        self._refuse_foreign(self.owners.lineage(sub.parts[:-1]), sub, claimant)
+        self._refuse_foreign(self._attributed(self.owners.lineage(sub.parts[:-1])), sub, claimant)
 
     @staticmethod
     def _refuse_foreign(records: Iterable[OwnerRecord], sub: SubPath, claimant: Claimant) -> None:
         foreign = first_foreign(records, claimant)
         if foreign is not None:
-            whose = f"claim {foreign.owner}"
+            whose = foreign.whose(claimant.cluster)
             raise NotOwned(f"directory {sub.relative!r} {conflict(sub.relative, foreign.path, whose)}; it is not "
-                           f"handed to claim {claimant.identity} ({SHARING_HINT})")
+                           f"handed to {claimant.named(foreign)} ({claimant.hint(foreign)})")
+
+    def _attributed(self, records: Iterable[OwnerRecord], evidence: Iterable[Obj] = ()) -> list[OwnerRecord]:
+        """``records`` as this cluster reads them.
+
+        A version 1 record names no cluster: it proves the claim, not the cluster. It is this
+        cluster's when one of this cluster's PVs (or ``evidence``, a PV just read) names exactly
+        that directory and that claim, as the PV of a volume provisioned before the upgrade
+        does, being released or retained. Otherwise it stays unattributed, which every rule
+        treats as another cluster's: the claim it names may be another cluster's.
+        """
+        records = list(records)
+        if all(record.cluster is not None for record in records):
+            return records
+        vouched = {(other.relative, ClaimIdentity.of_volume(pv)) for _, other, pv in self._our_volumes(evidence)}
+        return [record.attributed_to(self.cluster) if record.cluster is None and (record.path, record.owner) in vouched
+                else record for record in records]
 
     def _volume_names(self, sub: SubPath, identity: ClaimIdentity) -> bool:
         """A PV of exactly this directory names ``identity`` as its claim (say, a retained one)."""
         return any(other.parts == sub.parts and ClaimIdentity.of_volume(pv) == identity
                    for _, other, pv in self._our_volumes())
 
-    def _our_volumes(self) -> Iterator[tuple[str, SubPath, Obj]]:
-        """PVs on our server whose path is a directory below the export (others name none of ours)."""
-        for pv in self.view.volumes():
+    def _our_volumes(self, also: Iterable[Obj] = ()) -> Iterator[tuple[str, SubPath, Obj]]:
+        """PVs on our server whose path is a directory below the export (others name none of ours);
+        ``also``: PVs to consider besides the cache's (one just read from the API)."""
+        for pv in itertools.chain(also, self.view.volumes()):
             nfs = (pv.get("spec") or {}).get("nfs") or {}
             if nfs.get("server") != self.source.server:
                 continue
@@ -294,16 +328,22 @@ class NfsProvisioner:
             spec["mountOptions"] = list(sc["mountOptions"])
         return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": request.pv_name}, "spec": spec}
 
-    def _sharing_notes(self, sub: SubPath, server_path: str, created: bool, pv_name: str) -> list[Note]:
+    def _notes(self, sub: SubPath, server_path: str, taken: _Taken, pv_name: str) -> list[Note]:
+        notes = []
+        if taken.record.cluster != self.cluster:
+            notes.append(Note(WARNING, "DirectoryOfOtherCluster",
+                              f"directory {sub.relative!r} is the directory of {taken.record.whose(self.cluster)}; "
+                              "it is used here too, as the StorageClass allows other clusters' directories, and is "
+                              "never deleted or archived from here"))
         users = self._users(server_path, exclude={pv_name})
         if users:
-            return [Note(WARNING, "DirectoryShared",
-                         f"directory {sub.relative!r} is also used by {_names(users)} (the same directory or one "
-                         "inside it): the volumes share data, and it is kept while they exist")]
-        if not created:
-            return [Note(NORMAL, "DirectoryReused",
-                         f"directory {sub.relative!r} already existed; its contents are kept")]
-        return []
+            notes.append(Note(WARNING, "DirectoryShared",
+                              f"directory {sub.relative!r} is also used by {_names(users)} (the same directory or "
+                              "one inside it): the volumes share data, and it is kept while they exist"))
+        elif not taken.created:
+            notes.append(Note(NORMAL, "DirectoryReused",
+                              f"directory {sub.relative!r} already existed; its contents are kept"))
+        return notes
 
     # ------------------------------------------------------------------ owner
 
@@ -354,47 +394,65 @@ class NfsProvisioner:
                                "archive the directory", final=False)
         try:
             action = params.on_delete(sc.get("parameters") or {})
-            claimant = Claimant(ClaimIdentity.of_volume(pv) or _NO_CLAIM, class_name,
+            # Never allowOtherClusters here: another cluster's directory is disposed of by that cluster.
+            claimant = Claimant(ClaimIdentity.of_volume(pv) or _NO_CLAIM, self.cluster, class_name,
                                 params.allow_shared_directories(sc.get("parameters") or {}))
         except ValueError as err:
             raise DeleteFailed(str(err), final=False) from err
         if action is params.OnDelete.RETAIN:
+            self._attribute_retained(sub, pv)
             return []  # the record stays too: the same claim, re-created, gets its directory back
         users = self._users(server_path, exclude={name, *exclude})
         if users:
             return [Note(WARNING, "DirectoryRetained",
                          f"directory {sub.relative!r} is not {action.value}d: {_names(users)} still use(s) it")]
         with self._ownership:
-            refusal = self._release_refusal(sub, claimant, name)
+            refusal = self._release_refusal(sub, claimant, pv)
         if refusal is not None:
             return [Note(WARNING, "DirectoryRetained", f"directory {sub.relative!r} is not {action.value}d: {refusal}")]
         notes = self._dispose(sub, action, name)
         self._forget(sub)
         return notes
 
-    def _release_refusal(self, sub: SubPath, claimant: Claimant, pv_name: str) -> str | None:
+    def _release_refusal(self, sub: SubPath, claimant: Claimant, pv: Obj) -> str | None:
         """Why the releasing volume's claim may not dispose of the directory (None: it may).
 
         Without a record, only upstream's default name vouches: ``<namespace>-<claim>-<pv>``
         ends with this PV's name, ``pvc-<claim uid>``, which no other claim could know
-        beforehand. Anything else is retained (fail safe) unless the class shares.
+        beforehand. Anything else is retained (fail safe) unless the class shares. The PV
+        itself vouches for a version 1 record of its directory that names its claim.
         """
+        pv_name = str(pv["metadata"]["name"])
         try:
-            records = self.owners.around(sub.parts)
+            records = self._attributed(self.owners.around(sub.parts), evidence=[pv])
         except CorruptRecord as err:
             return str(err)
         except RecordError as err:
             raise DeleteFailed(f"unable to read the ownership records on the export: {err}", final=False) from err
         foreign = first_foreign(records, claimant)
         if foreign is not None:
-            whose = f"claim {foreign.owner}"
-            return f"it {conflict(sub.relative, foreign.path, whose)}, not of this volume's claim {claimant.identity}"
+            whose = foreign.whose(claimant.cluster)
+            return f"it {conflict(sub.relative, foreign.path, whose)}, not of this volume's {claimant.named(foreign)}"
         if any(record.path == sub.relative for record in records) or claimant.shares:
             return None
         if sub.basename.endswith(f"-{pv_name}"):
             return None
         return (f"it {UNRECORDED}, so nothing proves it is claim {claimant.identity}'s; remove it by hand if it is "
                 "garbage")
+
+    def _attribute_retained(self, sub: SubPath, pv: Obj) -> None:
+        """A retained directory's version 1 record becomes this cluster's while its PV still vouches
+        for it: once the PV is gone nothing would, and the re-created claim would be refused."""
+        try:
+            with self._ownership:
+                found = self.owners.read(sub.parts)
+                if found is None or found.cluster is not None:
+                    return
+                [record] = self._attributed([found], evidence=[pv])
+                if record.cluster is not None:
+                    self.owners.write(record)
+        except RecordError as err:
+            log.warning("could not record this cluster in the ownership record of %r: %s", sub.relative, err)
 
     def _forget(self, sub: SubPath) -> None:
         """Drop the record of a directory that is gone; a failure leaves a harmless stale record.
@@ -447,6 +505,14 @@ class NfsProvisioner:
 
 #: The identity of a PV bound to no claim: matches no record.
 _NO_CLAIM = ClaimIdentity("", "")
+
+
+@dataclass(frozen=True)
+class _Taken:
+    """A directory given to a claim: ``created`` now or reused, and its record on the export."""
+
+    created: bool
+    record: OwnerRecord
 
 
 def _fields(sub: SubPath) -> str:

@@ -46,6 +46,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "typo-class-key": {"classes": [{"name": "x", "hostdir": "/mnt/x"}]},
     "relative-host-dir": {"classes": [{"name": "x", "hostDir": "mnt/x"}]},
     "bad-on-delete": {"nfs": {"server": "nfs.example.com"}, "storageClass": {"onDelete": "archive"}},
+    "bad-cluster-id": {"nfs": {"server": "nfs.example.com", "clusterId": "prod cluster"}},
     "bad-duration": {"minResyncPeriod": "five minutes"},
     "windows": {"enableWindows": True},
     "no-classes": {"classes": []},
@@ -56,6 +57,7 @@ REFUSED = {
     "typo-class-key": ["hostdir"],
     "relative-host-dir": ["hostDir"],
     "bad-on-delete": ["onDelete"],
+    "bad-cluster-id": ["clusterId"],
     "bad-duration": ["minResyncPeriod"],
     "windows": ["enableWindows", "Windows"],
     "no-classes": ["classes", "agent.enabled=false"],
@@ -360,6 +362,24 @@ def test_lease_permissions_only_for_nfs_with_leader_election(installs: dict[str,
     for name in ("defaults", *AGENT_FILES):  # everything-values runs NFS without leader election
         inst = installed(installs, name)
         assert not any("leases" in key for key in {**_granted(inst, "Role"), **_granted(inst, "ClusterRole")}), name
+
+
+def test_the_nfs_provisioner_may_read_kube_system_only_when_it_derives_the_cluster_id(
+        installs: dict[str, Install]) -> None:
+    """Its uid is the default cluster id; with nfs.clusterId set nothing reads it."""
+    derived = installed(installs, "nfs-subdir-values.yaml")
+    rules = [r for r in derived.one("rbac.authorization.k8s.io/v1", "ClusterRole", "lp-localpv-nfs-runner")["rules"]
+             if "namespaces" in r["resources"]]
+    assert rules == [{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"],
+                      "verbs": ["get"]}]
+    env = {e["name"] for e in container(derived.one("apps/v1", "Deployment"))["env"]}
+    assert "LOCALPV_CLUSTER_ID" not in env
+
+    given = installed(installs, "everything-values.yaml")
+    assert not [r for r in _rules(given) if "namespaces" in r["resources"]]
+    env_values = {e["name"]: e.get("value") for e in container(given.one("apps/v1", "Deployment",
+                                                                          "lp-localpv-nfs"))["env"]}
+    assert env_values["LOCALPV_CLUSTER_ID"] == "0f3c5d2e-8a41-4b7e-9c55-2d6f1e0a9b13"
 
 
 def test_agent_role_is_least_privilege(installs: dict[str, Install]) -> None:

@@ -72,9 +72,11 @@ class Grant:
     def allows(self, record: RequestRecord) -> bool:
         group = _group(record.path)
         resource = record.resource + (f"/{record.subresource}" if record.subresource else "")
+        names = self.rule.get("resourceNames")
         return (record.verb in self.rule["verbs"] and group in self.rule["apiGroups"]
                 and resource in self.rule["resources"]
-                and (self.namespace is None or record.namespace == self.namespace))
+                and (self.namespace is None or record.namespace == self.namespace)
+                and (not names or record.name in names))
 
 
 def _group(path: str) -> str:
@@ -116,6 +118,12 @@ def test_the_grant_matcher_refuses_what_no_rule_allows() -> None:
     assert not Grant(rule, None).allows(delete)
     core = RequestRecord("POST", "/api/v1/namespaces/a/jobs", "", 201, "create", "jobs", "a", None, None)
     assert not Grant(rule, None).allows(core)
+    one = {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}
+    kube_system = RequestRecord("GET", "/api/v1/namespaces/kube-system", "", 200, "get", "namespaces", None,
+                                "kube-system", None)
+    assert Grant(one, None).allows(kube_system)
+    other = RequestRecord("GET", "/api/v1/namespaces/default", "", 200, "get", "namespaces", None, "default", None)
+    assert not Grant(one, None).allows(other)
 
 
 def _agent_config(inst: Install, fs_dir: Path, block_dir: Path, tmp_path: Path) -> Any:
@@ -238,6 +246,7 @@ def test_nfs_lifecycle_needs_nothing_beyond_the_charts_rbac(charts: dict[str, In
         assert refused(server, grants_for(inst, sa)) == []
         assert ("update", "leases") in {(r.verb, r.resource) for r in server.requests} or (
             "create", "leases") in {(r.verb, r.resource) for r in server.requests}
+        assert ("get", "namespaces", "kube-system") in {(r.verb, r.resource, r.name) for r in server.requests}
     finally:
         server.stop()
 

@@ -181,10 +181,11 @@ class Replicas:
         self.running: list[NfsReplica] = []
 
     def start(self, *, leader_election: bool = False, clock: Clock | None = None, identity: str | None = None,
-              **settings: Any) -> NfsReplica:
+              cluster_id: str | None = None, **settings: Any) -> NfsReplica:
+        """A replica; ``cluster_id`` None: its cluster's own (the emulator's kube-system uid)."""
         controller = ControllerSettings(PROVISIONER, **{"backoff": ItemBackoff(0.05, 0.4), **settings})
         options = NfsOptions(
-            NfsSource(SERVER, NFS_PATH, str(self.layout.export)), controller,
+            NfsSource(SERVER, NFS_PATH, str(self.layout.export)), controller, cluster_id=cluster_id,
             leader_election=leader_election, namespace="kube-system",
             lease_duration=1.0, renew_deadline=0.7, retry_period=0.1,
             **({"identity": identity} if identity else {}),
@@ -218,3 +219,47 @@ def metric(replica: NfsReplica, name: str, **labels: str) -> float:
 def history(replica: NfsReplica, reason: str) -> list[RecordedEvent]:
     """Events the replica emitted (in memory: also those whose write an injected fault dropped)."""
     return [e for e in list(replica.recorder.history) if e.reason == reason]
+
+
+# --------------------------------------------------------------------------- outcomes and data
+
+
+def settled(cluster: Cluster, replica: NfsReplica, name: str, namespace: str) -> tuple[str, Any]:
+    """("bound", the PV) or ("refused", the ProvisioningFailed message), whichever comes first."""
+    def outcome() -> tuple[str, Any] | None:
+        pv = cluster.bound_pv(name, namespace)
+        if pv is not None:
+            return "bound", pv
+        refused = [e.message for e in history(replica, "ProvisioningFailed") if e.object_name == name]
+        return ("refused", refused[0]) if refused else None
+
+    return wait_for(outcome, what=f"claim {namespace}/{name} bound or refused")
+
+
+def directory(pv: Obj, layout: Layout) -> str:
+    return os.path.join(str(layout.export), str(pv["spec"]["nfs"]["path"])[len(NFS_PATH) + 1:])
+
+
+def plant(path: str, text: str, name: str = "file") -> None:
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, name), "w") as f:
+        f.write(text)
+
+
+def content(path: str, name: str = "file") -> str | None:
+    try:
+        with open(os.path.join(path, name)) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def release(cluster: Cluster, pv: Obj, name: str, namespace: str) -> None:
+    """Delete the claim and wait until its PV object is gone (the class decides the directory's fate)."""
+    cluster.delete_claim(name, namespace)
+    wait_for(lambda: cluster.pv(pv["metadata"]["name"]) is None, what=f"PV of {namespace}/{name} deleted")
+
+
+def no_pv_for(cluster: Cluster, namespace: str, name: str) -> bool:
+    return not [pv for pv in cluster.pvs() if (pv["spec"].get("claimRef") or {}).get("namespace") == namespace
+                and pv["spec"]["claimRef"].get("name") == name]

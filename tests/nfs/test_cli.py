@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -20,7 +21,7 @@ from tests.conftest import wait_for
 from tests.nfs.conftest import NFS_PATH, PROVISIONER, SERVER, Cluster, Layout
 
 UPSTREAM_ENV = ("NFS_SERVER", "NFS_PATH", "PROVISIONER_NAME", "ENABLE_LEADER_ELECTION", "KUBECONFIG", "POD_NAMESPACE",
-                "NFS_MOUNT_DIR")
+                "NFS_MOUNT_DIR", "LOCALPV_CLUSTER_ID")
 
 
 @pytest.fixture
@@ -89,6 +90,8 @@ def test_required_settings_are_all_reported_at_once_with_their_variables(tmp_pat
         ([], {"NFS_MOUNT_DIR": "/nonexistent/mount"}, "mount directory '/nonexistent/mount' does not exist"),
         (["--dir-mode", "0999"], {}, "expected an octal mode"),
         (["--lease-duration", "5s"], {}, "retry_period < renew_deadline < lease_duration"),
+        (["--cluster-id", "prod cluster"], {}, '--cluster-id "prod cluster": expected letters, digits'),
+        ([], {"LOCALPV_CLUSTER_ID": "-prod"}, 'LOCALPV_CLUSTER_ID="-prod": expected letters, digits'),
     ],
 )
 def test_bad_settings_exit_2_naming_the_setting(tmp_path: Path, args: list[str], env: dict[str, str],
@@ -98,3 +101,68 @@ def test_bad_settings_exit_2_naming_the_setting(tmp_path: Path, args: list[str],
     result = CliRunner().invoke(cli, ["nfs", *args], env={**base, **env})
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def process_env(apiserver: ApiServer, layout: Layout, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """``localpv nfs`` in a process of its own against the emulator, configured as upstream's."""
+    return {**os.environ, "NFS_SERVER": SERVER, "NFS_PATH": NFS_PATH, "PROVISIONER_NAME": PROVISIONER,
+            "ENABLE_LEADER_ELECTION": "false", "NFS_MOUNT_DIR": str(layout.export),
+            "KUBECONFIG": str(apiserver.write_kubeconfig(tmp_path / "kubeconfig")),
+            "LOCALPV_LISTEN_ADDRESS": f"127.0.0.1:{free_port()}", **extra}
+
+
+def test_without_a_readable_cluster_id_it_exits_2_with_one_line_naming_the_flag(
+        apiserver: ApiServer, cluster: Cluster, layout: Layout, tmp_path: Path) -> None:
+    """Its RBAC lacks get on namespace kube-system: never run without a cluster id."""
+    apiserver.deny("get", "namespaces")
+    cluster.storage_class()
+    cluster.claim("waits")
+    env = {k: v for k, v in process_env(apiserver, layout, tmp_path).items() if k != "LOCALPV_CLUSTER_ID"}
+    proc = subprocess.run([sys.executable, "-m", "localpv", "nfs"], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: cannot read the cluster id: ")
+    assert "403" in lines[0] and "--cluster-id (or LOCALPV_CLUSTER_ID)" in lines[0]
+    assert os.listdir(layout.export) == [] and cluster.pvs() == []
+
+
+def test_an_explicit_cluster_id_needs_no_read_of_the_cluster(apiserver: ApiServer, cluster: Cluster,
+                                                            layout: Layout, tmp_path: Path) -> None:
+    apiserver.deny("get", "namespaces")
+    cluster.storage_class()
+    cluster.claim("given")
+    env = process_env(apiserver, layout, tmp_path, LOCALPV_CLUSTER_ID="prod-eu-1")
+    proc = subprocess.Popen([sys.executable, "-m", "localpv", "nfs"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        pv = wait_for(lambda: cluster.bound_pv("given"), timeout=20, what="bound by the CLI process")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "cluster id prod-eu-1" in err
+    [record] = [p for p in (layout.export / ".localpv").rglob("record")]
+    assert json.loads(record.read_text())["cluster"] == "prod-eu-1"
+    assert pv["spec"]["nfs"]["path"].startswith(NFS_PATH + "/")
+    assert not [r for r in apiserver.requests if r.resource == "namespaces"]
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_an_api_server_that_does_not_answer_for_the_cluster_id_is_exit_1_not_a_setting(
+        apiserver: ApiServer, layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exit 2 says "change a setting"; an API server down at start is the kubelet's to retry."""
+    from localpv.nfs import app
+    from localpv.nfs.cluster import ClusterIdUnavailable
+
+    def unanswered(api: object) -> str:
+        raise ClusterIdUnavailable("reading namespace kube-system: 503 ServiceUnavailable: down", settable=False)
+
+    monkeypatch.setattr(app, "read_cluster_id", unanswered)
+    env = process_env(apiserver, layout, tmp_path, LOCALPV_LISTEN_ADDRESS="127.0.0.1:0")
+    result = CliRunner().invoke(cli, ["nfs"], env={k: v for k, v in env.items() if k != "LOCALPV_CLUSTER_ID"})
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        "error: cannot read the cluster id: reading namespace kube-system: 503 ServiceUnavailable: down; the "
+        "provisioner needs it before it starts"]

@@ -161,7 +161,8 @@ def test_a_controller_that_may_not_act_touches_nothing_and_catches_up_later(apis
     allowed = threading.Event()
     api = KubeApi(apiserver.api_client())
     cache = ClusterCache(api)
-    provisioner = NfsProvisioner(NfsSource(SERVER, NFS_PATH, str(layout.export)), Export(str(layout.export)), cache)
+    provisioner = NfsProvisioner(NfsSource(SERVER, NFS_PATH, str(layout.export)), Export(str(layout.export)), cache,
+                                 cluster="cluster-a")
     recorder = EventRecorder(api, component="test")
     controller = ProvisionController(api, cache, provisioner,
                                      ControllerSettings(PROVISIONER, backoff=ItemBackoff(0.05, 0.2)),

@@ -6,58 +6,28 @@ back; deleting a claim only disposes of a directory its identity owns."""
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import pytest
 
-from localpv.kube.api import Obj
-from localpv.nfs.app import NfsReplica
 from tests.conftest import wait_for
-from tests.nfs.conftest import NFS_PATH, RESERVED, Cluster, Layout, Replicas, history, volume_entries
+from tests.nfs.conftest import (
+    NFS_PATH,
+    RESERVED,
+    Cluster,
+    Layout,
+    Replicas,
+    content,
+    directory,
+    history,
+    no_pv_for,
+    plant,
+    release,
+    settled,
+    volume_entries,
+)
 
 PATTERN = "${.PVC.annotations.x}"
 SHARE = {"allowSharedDirectories": "true"}
-
-
-def settled(cluster: Cluster, replica: NfsReplica, name: str, namespace: str) -> tuple[str, Any]:
-    """("bound", the PV) or ("refused", the ProvisioningFailed message), whichever comes first."""
-    def outcome() -> tuple[str, Any] | None:
-        pv = cluster.bound_pv(name, namespace)
-        if pv is not None:
-            return "bound", pv
-        refused = [e.message for e in history(replica, "ProvisioningFailed") if e.object_name == name]
-        return ("refused", refused[0]) if refused else None
-
-    return wait_for(outcome, what=f"claim {namespace}/{name} bound or refused")
-
-
-def directory(pv: Obj, layout: Layout) -> str:
-    return os.path.join(str(layout.export), str(pv["spec"]["nfs"]["path"])[len(NFS_PATH) + 1:])
-
-
-def plant(path: str, text: str, name: str = "file") -> None:
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, name), "w") as f:
-        f.write(text)
-
-
-def content(path: str, name: str = "file") -> str | None:
-    try:
-        with open(os.path.join(path, name)) as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
-
-
-def release(cluster: Cluster, pv: Obj, name: str, namespace: str) -> None:
-    """Delete the claim and wait until its PV object is gone (the class decides the directory's fate)."""
-    cluster.delete_claim(name, namespace)
-    wait_for(lambda: cluster.pv(pv["metadata"]["name"]) is None, what=f"PV of {namespace}/{name} deleted")
-
-
-def no_pv_for(cluster: Cluster, namespace: str, name: str) -> bool:
-    return not [pv for pv in cluster.pvs() if (pv["spec"].get("claimRef") or {}).get("namespace") == namespace
-                and pv["spec"]["claimRef"].get("name") == name]
 
 
 # ---------------------------------------------------------------- provisioning

@@ -33,6 +33,9 @@ Obj = dict[str, Any]
 
 TEAM_A = ClaimIdentity("team-a", "db")
 TEAM_B = ClaimIdentity("team-b", "db")
+#: The cluster the provisioner under test runs in, and another on the same export.
+HERE = "cluster-here"
+THERE = "cluster-there"
 
 
 @pytest.fixture
@@ -64,13 +67,26 @@ def test_a_volume_without_a_complete_claim_ref_names_no_one(ref: Obj | None) -> 
     assert ClaimIdentity.of_volume({"spec": {"claimRef": ref}}) is None
 
 
+@pytest.mark.parametrize(
+    ("recorded_by", "other_clusters", "expected"),
+    [(HERE, False, True), (THERE, False, False), (None, False, False), (THERE, True, True), (None, True, True)],
+)
+def test_another_clusters_directory_is_used_only_by_a_class_that_opts_in(
+        recorded_by: str | None, other_clusters: bool, expected: bool) -> None:
+    """A record without a cluster (version 1) is another cluster's here, until the provisioner
+    attributes it; the opt-in does not lift the claim identity rule."""
+    record = OwnerRecord("d", TEAM_A, "nfs", shared=False, cluster=recorded_by)
+    assert Claimant(TEAM_A, HERE, "nfs", False, other_clusters).may_use(record) is expected
+    assert not Claimant(TEAM_B, HERE, "nfs", False, other_clusters).may_use(record)
+
+
 def test_sharing_needs_both_the_directory_and_the_claimant_to_opt_in() -> None:
-    private = OwnerRecord("d", TEAM_A, "private", shared=False)
-    shared = OwnerRecord("d", TEAM_A, "shared", shared=True)
-    assert Claimant(TEAM_A, "private", shares=False).may_use(private)
-    assert not Claimant(TEAM_B, "shared", shares=True).may_use(private)
-    assert not Claimant(TEAM_B, "private", shares=False).may_use(shared)
-    assert Claimant(TEAM_B, "shared", shares=True).may_use(shared)
+    private = OwnerRecord("d", TEAM_A, "private", shared=False, cluster=HERE)
+    shared = OwnerRecord("d", TEAM_A, "shared", shared=True, cluster=HERE)
+    assert Claimant(TEAM_A, HERE, "private", shares=False).may_use(private)
+    assert not Claimant(TEAM_B, HERE, "shared", shares=True).may_use(private)
+    assert not Claimant(TEAM_B, HERE, "private", shares=False).may_use(shared)
+    assert Claimant(TEAM_B, HERE, "shared", shares=True).may_use(shared)
 
 
 @pytest.mark.parametrize(
@@ -86,8 +102,20 @@ def test_placement_compares_whole_segments(path: str, other: str, expected: str 
 
 
 def test_a_record_round_trips() -> None:
-    record = OwnerRecord("ns/é data", TEAM_A, "nfs", shared=True)
+    record = OwnerRecord("ns/é data", TEAM_A, "nfs", shared=True, cluster=HERE)
     assert decode(encode(record), "x") == record
+    assert json.loads(encode(record))["version"] == 2
+
+
+def test_a_version_1_record_reads_as_it_is_without_a_cluster() -> None:
+    """What the previous release wrote: still read, the cluster unknown (never guessed)."""
+    old = {"version": 1, "path": "d", "namespace": "team-a", "name": "db", "storageClass": "nfs", "shared": False}
+    assert decode(json.dumps(old).encode(), "x") == OwnerRecord("d", TEAM_A, "nfs", shared=False, cluster=None)
+
+
+def test_every_record_written_names_its_cluster() -> None:
+    with pytest.raises(ValueError, match="names no cluster"):
+        encode(OwnerRecord("d", TEAM_A, "nfs", shared=False, cluster=None))
 
 
 @pytest.mark.parametrize(
@@ -104,6 +132,18 @@ def test_a_record_round_trips() -> None:
                     "shared": False}).encode(),
         json.dumps({"version": 1, "path": "d", "namespace": "a", "name": "b", "storageClass": "c",
                     "shared": False, "extra": 1}).encode(),
+        json.dumps({"version": 1, "path": "d", "namespace": "a", "name": "b", "storageClass": "c",
+                    "shared": False, "cluster": "x"}).encode(),
+        json.dumps({"version": 2, "path": "d", "namespace": "a", "name": "b", "storageClass": "c",
+                    "shared": False, "cluster": ""}).encode(),
+        json.dumps({"version": 2, "path": "d", "namespace": "a", "name": "b", "storageClass": "c",
+                    "shared": False, "cluster": 7}).encode(),
+        json.dumps({"version": 2, "path": "d", "namespace": "a", "name": "b", "storageClass": "c",
+                    "shared": False, "cluster": "x", "extra": 1}).encode(),
+        json.dumps({"version": 3, "path": "d", "namespace": "a", "name": "b", "storageClass": "c",
+                    "shared": False, "cluster": "x"}).encode(),
+        json.dumps({"version": True, "path": "d", "namespace": "a", "name": "b", "storageClass": "c",
+                    "shared": False}).encode(),
     ],
 )
 def test_anything_but_a_well_formed_record_is_corrupt_never_guessed(body: bytes) -> None:
@@ -115,10 +155,10 @@ def test_anything_but_a_well_formed_record_is_corrupt_never_guessed(body: bytes)
 
 
 def test_records_live_in_the_reserved_directory_one_per_path(layout: Layout, store: OwnershipStore) -> None:
-    store.write(OwnerRecord("a", TEAM_A, "nfs", shared=False))
-    store.write(OwnerRecord("a/b/c", TEAM_B, "nfs", shared=False))
+    store.write(OwnerRecord("a", TEAM_A, "nfs", shared=False, cluster=HERE))
+    store.write(OwnerRecord("a/b/c", TEAM_B, "nfs", shared=False, cluster=HERE))
     assert sorted(os.listdir(layout.export)) == [".localpv"]
-    assert store.read(["a"]) == OwnerRecord("a", TEAM_A, "nfs", shared=False)
+    assert store.read(["a"]) == OwnerRecord("a", TEAM_A, "nfs", shared=False, cluster=HERE)
     assert store.read(["a", "b"]) is None
     assert [r.path for r in store.lineage(["a", "b", "c", "d"])] == ["a", "a/b/c"]
     assert [r.path for r in store.below(["a"])] == ["a/b/c"]
@@ -132,7 +172,7 @@ def test_records_live_in_the_reserved_directory_one_per_path(layout: Layout, sto
 
 
 def test_a_record_copied_to_another_directorys_key_is_corrupt(layout: Layout, store: OwnershipStore) -> None:
-    store.write(OwnerRecord("mine", TEAM_B, "nfs", shared=False))
+    store.write(OwnerRecord("mine", TEAM_B, "nfs", shared=False, cluster=HERE))
     theirs = record_file(layout, "x/theirs")
     theirs.parent.mkdir(parents=True)
     os.rename(record_file(layout, "mine"), theirs)
@@ -146,7 +186,7 @@ def test_a_record_copied_to_another_directorys_key_is_corrupt(layout: Layout, st
 def test_links_planted_among_the_records_are_refused(layout: Layout, store: OwnershipStore, plant: str) -> None:
     decoy = layout.outside / "decoy"
     decoy.mkdir()
-    forged = encode(OwnerRecord("d", TEAM_B, "nfs", shared=False))
+    forged = encode(OwnerRecord("d", TEAM_B, "nfs", shared=False, cluster=HERE))
     location = record_location(["d"])
     decoy.joinpath(*location[1:]).mkdir(parents=True)
     decoy.joinpath(*location[1:], RECORD_FILE).write_bytes(forged)
@@ -161,7 +201,7 @@ def test_links_planted_among_the_records_are_refused(layout: Layout, store: Owne
     before = layout.outside_snapshot()
     with pytest.raises(RecordError, match="symbolic link"):
         store.read(["d"])
-    mine = OwnerRecord("d", TEAM_A, "nfs", shared=False)
+    mine = OwnerRecord("d", TEAM_A, "nfs", shared=False, cluster=HERE)
     if plant == "record-link":  # rename(2) replaces the link itself, never what it points at
         store.write(mine)
         assert store.read(["d"]) == mine and not record_file(layout, "d").is_symlink()
@@ -177,11 +217,12 @@ def test_links_planted_among_the_records_are_refused(layout: Layout, store: Owne
 class View:
     """A fixed cluster: one class, some PVs."""
 
-    def __init__(self, volumes: Iterable[Obj] = ()) -> None:
+    def __init__(self, volumes: Iterable[Obj] = (), on_delete: str = "delete") -> None:
         self.pvs = list(volumes)
+        self.on_delete = on_delete
 
     def storage_class(self, name: str) -> Obj | None:
-        return {"metadata": {"name": name}, "parameters": {"onDelete": "delete"}}
+        return {"metadata": {"name": name}, "parameters": {"onDelete": self.on_delete}}
 
     def volumes(self) -> list[Obj]:
         return self.pvs
@@ -189,13 +230,13 @@ class View:
 
 def provisioner(layout: Layout, view: View | None = None) -> NfsProvisioner:
     return NfsProvisioner(NfsSource(SERVER, NFS_PATH, str(layout.export)), Export(str(layout.export)),
-                          view or View())
+                          view or View(), cluster=HERE)
 
 
-def request(identity: ClaimIdentity, directory: str, pv_name: str = "pvc-new") -> ProvisionRequest:
+def request(identity: ClaimIdentity, directory: str, pv_name: str = "pvc-new", **parameters: str) -> ProvisionRequest:
     claim = {"metadata": {"namespace": identity.namespace, "name": identity.name, "annotations": {"x": directory}},
              "spec": {"accessModes": ["ReadWriteMany"]}}
-    sc = {"metadata": {"name": "nfs"}, "parameters": {"pathPattern": "${.PVC.annotations.x}"}}
+    sc = {"metadata": {"name": "nfs"}, "parameters": {"pathPattern": "${.PVC.annotations.x}", **parameters}}
     return ProvisionRequest(claim, sc, pv_name)
 
 
@@ -304,7 +345,7 @@ def test_concurrent_claims_for_one_directory_give_it_to_one_and_record_that_one(
     winners = [name for name, result in outcome.items() if result == "bound"]
     assert winners == ["first"], outcome
     assert "team-a/db" in outcome["second"]
-    assert p.owners.read(["d"]) == OwnerRecord("d", TEAM_A, "nfs", shared=False)
+    assert p.owners.read(["d"]) == OwnerRecord("d", TEAM_A, "nfs", shared=False, cluster=HERE)
 
 
 def test_releasing_never_forgets_the_record_of_a_directory_made_again_meanwhile(layout: Layout) -> None:
@@ -319,4 +360,74 @@ def test_releasing_never_forgets_the_record_of_a_directory_made_again_meanwhile(
 
     p.export.remove = remove_then_someone_claims_it_again  # type: ignore[method-assign]
     p.delete(volume("d", claim=TEAM_A))
-    assert p.owners.read(["d"]) == OwnerRecord("d", TEAM_B, "nfs", shared=False)
+    assert p.owners.read(["d"]) == OwnerRecord("d", TEAM_B, "nfs", shared=False, cluster=HERE)
+
+
+# ---------------------------------------------------------------- records of other clusters, and from before clusters
+
+
+def version_1(layout: Layout, path: str, identity: ClaimIdentity = TEAM_A) -> None:
+    """A directory with its record as the previous release wrote it (no cluster)."""
+    (layout.export / path).mkdir(parents=True, exist_ok=True)
+    record_file(layout, path).parent.mkdir(parents=True, exist_ok=True)
+    record_file(layout, path).write_text(json.dumps({
+        "version": 1, "path": path, "namespace": identity.namespace, "name": identity.name, "storageClass": "nfs",
+        "shared": False}))
+
+
+def test_a_version_1_record_nothing_here_vouches_for_is_refused_even_to_the_claim_it_names(layout: Layout) -> None:
+    """It may be another cluster's ``team-a/db``: the records before this release cannot say."""
+    version_1(layout, "d")
+    with pytest.raises(ProvisionFailed, match="recorded before records named their cluster") as exc:
+        provisioner(layout).provision(request(TEAM_A, "d"))
+    assert exc.value.final and "allowOtherClusters" in str(exc.value)
+    assert decode(record_file(layout, "d").read_bytes(), "x").cluster is None
+
+
+def test_a_version_1_record_goes_to_a_class_that_allows_other_clusters_and_stays_unattributed(
+        layout: Layout) -> None:
+    version_1(layout, "d")
+    provisioned = provisioner(layout).provision(request(TEAM_A, "d", allowOtherClusters="true"))
+    assert [n.reason for n in provisioned.notes] == ["DirectoryOfOtherCluster", "DirectoryReused"]
+    assert decode(record_file(layout, "d").read_bytes(), "x").cluster is None
+
+
+def test_a_version_1_record_a_pv_here_vouches_for_becomes_this_clusters(layout: Layout) -> None:
+    """A Retained PV of this cluster names the directory and the claim: the claim gets it, and the
+    record says this cluster from now on."""
+    version_1(layout, "d")
+    p = provisioner(layout, View([volume("d", "pvc-retained", claim=TEAM_A)]))
+    with pytest.raises(ProvisionFailed, match="team-a/db"):
+        p.provision(request(TEAM_B, "d"))
+    p.provision(request(TEAM_A, "d"))
+    assert p.owners.read(["d"]) == OwnerRecord("d", TEAM_A, "nfs", shared=False, cluster=HERE)
+
+
+@pytest.mark.parametrize(("claim", "kept"), [(TEAM_A, False), (TEAM_B, True)])
+def test_a_version_1_record_is_released_by_the_pv_that_names_its_claim(layout: Layout, claim: ClaimIdentity,
+                                                                       kept: bool) -> None:
+    """Volumes provisioned before the upgrade are deleted as before, by the claim the record names."""
+    version_1(layout, "d")
+    notes = provisioner(layout).delete(volume("d", claim=claim))
+    assert (layout.export / "d").exists() is kept
+    assert [n.reason for n in notes] == (["DirectoryRetained"] if kept else [])
+
+
+def test_retaining_a_version_1_directory_records_this_cluster_while_its_pv_vouches(layout: Layout) -> None:
+    version_1(layout, "d")
+    p = provisioner(layout, View(on_delete="retain"))
+    assert p.delete(volume("d", claim=TEAM_A)) == []
+    assert p.owners.read(["d"]) == OwnerRecord("d", TEAM_A, "nfs", shared=False, cluster=HERE)
+    p.view = View()  # the PV is gone: the re-created claim gets its directory from the record alone
+    p.provision(request(TEAM_A, "d"))
+
+
+@pytest.mark.parametrize("on_delete", ["delete", "archive"])
+def test_another_clusters_directory_is_never_disposed_of_here(layout: Layout, on_delete: str) -> None:
+    (layout.export / "d").mkdir()
+    OwnershipStore(Export(str(layout.export))).write(OwnerRecord("d", TEAM_A, "nfs", shared=False, cluster=THERE))
+    p = provisioner(layout, View(on_delete=on_delete))
+    notes = p.delete(volume("d", claim=TEAM_A))
+    assert [n.reason for n in notes] == ["DirectoryRetained"] and THERE in notes[0].message
+    assert sorted(os.listdir(layout.export)) == [".localpv", "d"]  # neither removed nor archived
+    assert p.owners.read(["d"]) == OwnerRecord("d", TEAM_A, "nfs", shared=False, cluster=THERE)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from localpv.nfs.params import OnDelete, allow_shared_directories, on_delete, parse_bool, path_pattern
+from localpv.nfs.params import (
+    OnDelete,
+    allow_other_clusters,
+    allow_shared_directories,
+    on_delete,
+    parse_bool,
+    path_pattern,
+)
 
 
 @pytest.mark.parametrize("text", ["1", "t", "T", "TRUE", "true", "True"])
@@ -51,15 +58,24 @@ def test_path_pattern_absent_or_empty_is_none() -> None:
     assert path_pattern({"pathPattern": "${.PVC.name}"}) == "${.PVC.name}"
 
 
-@pytest.mark.parametrize(
-    ("parameters", "expected"),
-    [({}, False), ({"allowSharedDirectories": "true"}, True), ({"allowSharedDirectories": "false"}, False),
-     ({"allowSharedDirectories": "1"}, True)],
-)
-def test_sharing_directories_is_off_unless_the_class_says_so(parameters: dict[str, str], expected: bool) -> None:
-    assert allow_shared_directories(parameters) is expected
+OPT_INS = {"allowSharedDirectories": allow_shared_directories, "allowOtherClusters": allow_other_clusters}
 
 
-def test_a_misspelt_sharing_opt_in_is_an_error_not_a_yes() -> None:
-    with pytest.raises(ValueError, match=r"parameters\.allowSharedDirectories: invalid boolean"):
-        allow_shared_directories({"allowSharedDirectories": "yes"})
+@pytest.mark.parametrize("key", OPT_INS)
+@pytest.mark.parametrize(("value", "expected"), [(None, False), ("true", True), ("false", False), ("1", True),
+                                                 ("F", False)])
+def test_an_opt_in_is_off_unless_the_class_says_so(key: str, value: str | None, expected: bool) -> None:
+    parameters = {} if value is None else {key: value}
+    assert OPT_INS[key](parameters) is expected
+    assert OPT_INS[key]({"the-other": "true", **parameters}) is expected
+
+
+@pytest.mark.parametrize("key", OPT_INS)
+def test_a_misspelt_opt_in_is_an_error_not_a_yes(key: str) -> None:
+    with pytest.raises(ValueError, match=rf"parameters\.{key}: invalid boolean 'yes'"):
+        OPT_INS[key]({key: "yes"})
+
+
+def test_the_opt_ins_are_independent() -> None:
+    assert not allow_other_clusters({"allowSharedDirectories": "true"})
+    assert not allow_shared_directories({"allowOtherClusters": "true"})

@@ -26,6 +26,7 @@ HEADINGS = (
     "Upgrading",
     "Rolling back to upstream",
     "Migrating a cluster node by node",
+    "Sharing one NFS export between clusters",
     "Alerts",
 )
 
