@@ -5,7 +5,7 @@ Run as root (real tmpfs mounts):
     python benchmarks/agent.py latency --mounts 50
     python benchmarks/agent.py pass --entries 1000
     python benchmarks/agent.py rss --other-pvs 10000
-    python benchmarks/agent.py health --volumes 100
+    python benchmarks/agent.py health --volumes 100 [--agent-tree OTHER_CHECKOUT]
 
 Each prints its figures; the results with the command and the machine are recorded in
 docs/benchmarks.md. This is not a test: nothing here asserts anything.
@@ -220,12 +220,12 @@ def bench_rss(other_pvs: int) -> None:
               f"one-time adoption scan + informer); an unfiltered PV informer alone: {unfiltered / 2**20:.1f} MiB")
 
 
-def bench_health(volumes: int, passes: int = 20) -> None:
-    """What watching the volumes in use costs: agent-thread CPU of an idle pass over N Bound
-    ext4 volumes on loop devices (identities read by libblkid, health assessed), with and
-    without reading identities, scaled to one minute at the default cadence (a pass every
-    10 s: the discovery period; health needs one per 60 s at least)."""
-    from localpv.host import identity as identity_mod
+def bench_health(volumes: int, seconds: float, tree: str | None) -> None:
+    """What watching the volumes in use costs: CPU and RSS of a real `localpv agent` process,
+    idle with N Bound ext4 volumes on loop devices (each pass reads their identities with
+    libblkid and assesses their health), over ``seconds``, at the default cadence (a pass
+    every 10 s). ``tree`` runs the agent of another checkout (PYTHONPATH), e.g. the commit
+    before identities and health, for the before/after figure."""
     from localpv.testing.hostfs import LoopDevices
 
     server = ApiServer(binder=True)
@@ -234,15 +234,24 @@ def bench_health(volumes: int, passes: int = 20) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-health-"))
     (work / "d").mkdir()
     mounter, loops = Mounter(), LoopDevices(work)
+    env = {**os.environ, **({"PYTHONPATH": tree} if tree else {})}
+    proc: subprocess.Popen[bytes] | None = None
     try:
         for i in range(volumes):
             disk = loops.attach(size=8 << 20, ext4=True)
             mounter.device(disk.path, work / "d" / f"v{i:03d}")
-        agent, _ = make_agent(server, work / "d", work, watch_host=False)
-        agent.start(run_loop=False)
-        agent.reconcile_once()
+        kubeconfig = work / "kubeconfig"
+        server.write_kubeconfig(str(kubeconfig))
+        cfg = work / "config.yaml"
+        cfg.write_text(yaml.safe_dump({"storageClassMap": {"local-fs": {"hostDir": "/mnt/disks",
+                                                                         "mountDir": str(work / "d")}}}))
+        _journal(work / "state" / "journal.json")  # fresh volumes: nothing to recover
+        proc = subprocess.Popen([sys.executable, "-m", "localpv", "agent", "--config", str(cfg), "--node", NODE,
+                                 "--kubeconfig", str(kubeconfig), "--listen-address", "127.0.0.1:0",
+                                 "--state-dir", str(work / "state")], stderr=subprocess.DEVNULL, env=env,
+                                cwd=tempfile.gettempdir())
         while len(server.list("v1", "PersistentVolume")) < volumes:
-            time.sleep(0.01)
+            time.sleep(0.05)
         for pv in server.list("v1", "PersistentVolume"):
             server.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                            "metadata": {"name": pv["metadata"]["name"], "namespace": "default"},
@@ -252,34 +261,24 @@ def bench_health(volumes: int, passes: int = 20) -> None:
         while sum(1 for pv in server.list("v1", "PersistentVolume") if pv["status"].get("phase") == "Bound") \
                 < volumes:
             time.sleep(0.05)
-        time.sleep(1)  # the PV informer has seen every bind
-        agent.reconcile_once()
-        results = {}
-        for label, reader in (("identities read, health assessed", identity_mod.IdentityReader()),
-                              ("identities not read (volatile), health assessed", None)):
-            original = identity_mod.IdentityReader.filesystem
-            if reader is None:
-                identity_mod.IdentityReader.filesystem = (  # type: ignore[method-assign]
-                    lambda self, mount, fd, st: identity_mod.Identity("", "volatile: benchmark"))
-            try:
-                t_cpu = time.thread_time()
-                for _ in range(passes):
-                    agent.reconcile_once()
-                results[label] = (time.thread_time() - t_cpu) / passes
-            finally:
-                identity_mod.IdentityReader.filesystem = original  # type: ignore[method-assign]
-        healthy = sum(1 for v in agent.status()["volumes"] if v["phase"] == "Bound" and not v["health"])
-        agent.stop()
+        threading.Event().wait(15)  # the agent records every use, then idles
+        agent = psutil.Process(proc.pid)
+        before = agent.cpu_times()
+        threading.Event().wait(seconds)
+        after = agent.cpu_times()
+        rss = agent.memory_info().rss
     finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
         mounter.umount_all()
         loops.detach_all()
         server.stop()
-    print(f"idle pass over {volumes} Bound ext4 volumes on loop devices ({healthy} healthy), agent-thread CPU:")
-    for label, cpu in results.items():
-        print(f"  {label}: {cpu * 1000:.1f} ms per pass, {cpu * 6 * 1000 * 100 / volumes:.0f} ms per minute "
-              f"per 100 volumes at one pass every 10 s")
-    with_ids, without = results.values()
-    print(f"  reading identities: {(with_ids - without) * 1000 / volumes * 100:.1f} ms per pass per 100 volumes")
+    cpu = (after.user - before.user) + (after.system - before.system)
+    print(f"`localpv agent`{' of ' + tree if tree else ''}, idle with {volumes} Bound ext4 volumes on loop devices, "
+          f"over {seconds:.0f} s:")
+    print(f"  CPU {cpu * 1000:.0f} ms ({cpu * 60 / seconds * 1000 * 100 / volumes:.0f} ms per minute per 100 "
+          f"volumes); RSS {rss / 2**20:.1f} MiB")
 
 
 def main() -> None:
@@ -288,13 +287,18 @@ def main() -> None:
     sub.add_parser("latency").add_argument("--mounts", type=int, default=50)
     sub.add_parser("pass").add_argument("--entries", type=int, default=1000)
     sub.add_parser("rss").add_argument("--other-pvs", type=int, default=10000)
-    sub.add_parser("health").add_argument("--volumes", type=int, default=100)
+    health = sub.add_parser("health")
+    health.add_argument("--volumes", type=int, default=100)
+    health.add_argument("--seconds", type=float, default=120.0)
+    health.add_argument("--agent-tree", default=None, help="run the agent of this checkout (PYTHONPATH)")
     args = parser.parse_args()
     if os.geteuid() != 0 and args.what != "rss":
         sys.exit("needs root (real tmpfs mounts)")
     print(machine())
-    {"latency": lambda: bench_latency(args.mounts), "pass": lambda: bench_pass(args.entries),
-     "rss": lambda: bench_rss(args.other_pvs), "health": lambda: bench_health(args.volumes)}[args.what]()
+    runs = {"latency": lambda: bench_latency(args.mounts), "pass": lambda: bench_pass(args.entries),
+            "rss": lambda: bench_rss(args.other_pvs),
+            "health": lambda: bench_health(args.volumes, args.seconds, args.agent_tree)}
+    runs[args.what]()
 
 
 if __name__ == "__main__":

@@ -233,6 +233,18 @@ def test_dev_mount_is_optional(installs: dict[str, Install]) -> None:
     assert [c["name"] for c in ds["spec"]["template"]["spec"]["initContainers"]] == ["prepare-disks"]
 
 
+def test_the_agent_reads_udev_read_only_and_looks_at_volume_health_on_a_period(installs: dict[str, Install]) -> None:
+    """Disk identities (WWN, serial) come from udev's database, mounted read-only; a node
+    without udev gets an empty directory instead of a pod that cannot start."""
+    ds = installed(installs, "defaults").one("apps/v1", "DaemonSet")
+    agent = container(ds)
+    [mount] = [m for m in agent["volumeMounts"] if m["mountPath"] == "/run/udev"]
+    assert mount["readOnly"] is True
+    [volume] = [v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+    assert volume["hostPath"] == {"path": "/run/udev", "type": "DirectoryOrCreate"}
+    assert "--volume-health-period=60s" in agent["args"]
+
+
 def test_agent_environment_comes_from_the_downward_api_and_jobs_use_the_same_image(
         installs: dict[str, Install]) -> None:
     for name in ("defaults", "everything-values.yaml"):
