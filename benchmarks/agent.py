@@ -2,10 +2,10 @@
 
 Run as root (real tmpfs mounts):
 
-    python benchmarks/agent.py latency --mounts 50
-    python benchmarks/agent.py pass --entries 1000
-    python benchmarks/agent.py rss --other-pvs 10000
-    python benchmarks/agent.py health --volumes 100 [--agent-tree OTHER_CHECKOUT]
+    python -m benchmarks.agent latency --mounts 50
+    python -m benchmarks.agent pass --entries 1000
+    python -m benchmarks.agent rss --other-pvs 10000
+    python -m benchmarks.agent health --volumes 100 [--agent-tree OTHER_CHECKOUT]
 
 Each prints its figures; the results with the command and the machine are recorded in
 docs/benchmarks.md. This is not a test: nothing here asserts anything.
@@ -34,9 +34,9 @@ from localpv.kube.api import KubeApi
 from localpv.kube.events import EventRecorder
 from localpv.metrics import AgentMetrics
 from localpv.naming import NODE_LABEL_KEY
-from localpv.testing.apiserver import ApiServer
-from localpv.testing.hostfs import Mounter
-from localpv.testing.objects import node, storage_class
+from localpv_emulator.apiserver import ApiServer
+from localpv_emulator.objects import node, storage_class
+from tests.support.hostfs import Mounter
 
 NODE = "bench-node"
 
@@ -226,7 +226,7 @@ def bench_health(volumes: int, seconds: float, tree: str | None) -> None:
     libblkid and assesses their health), over ``seconds``, at the default cadence (a pass
     every 10 s). ``tree`` runs the agent of another checkout (PYTHONPATH), e.g. the commit
     before identities and health, for the before/after figure."""
-    from localpv.testing.hostfs import LoopDevices
+    from tests.support.hostfs import LoopDevices
 
     server = ApiServer(binder=True)
     server.start()

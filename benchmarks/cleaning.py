@@ -2,8 +2,8 @@
 
 Run as root:
 
-    python benchmarks/cleaning.py fs --volumes 20 --files 10000
-    python benchmarks/cleaning.py block --size-mib 256
+    python -m benchmarks.cleaning fs --volumes 20 --files 10000
+    python -m benchmarks.cleaning block --size-mib 256
 
 `fs` fills N tmpfs volumes with a tree of files, cleans them with the agent's ProcTable
 (its default 4 workers, the same code path as a released PV), refills them and removes
@@ -29,7 +29,7 @@ import psutil
 from localpv.agent.cleaning import block_cleaner, filesystem_cleaner, packaged_scripts_dir
 from localpv.agent.proctable import ProcTable
 from localpv.agent.reconcile import RUNNING
-from localpv.testing.hostfs import LoopDevices, Mounter
+from tests.support.hostfs import LoopDevices, Mounter
 
 MiB = 1 << 20
 

@@ -1,8 +1,8 @@
 """NFS mode figures: N pending claims at once → seconds until all are Bound, API requests per claim.
 
-    python benchmarks/nfs_provisioning.py --claims 1000
-    python benchmarks/nfs_provisioning.py --claims 1000 --no-binder
-    python benchmarks/nfs_provisioning.py --claims 1000 --kube-api-qps 0   # no client-side rate limit
+    python -m benchmarks.nfs_provisioning --claims 1000
+    python -m benchmarks.nfs_provisioning --claims 1000 --no-binder
+    python -m benchmarks.nfs_provisioning --claims 1000 --kube-api-qps 0   # no client-side rate limit
 
 The claims are written straight into the emulator's store and the emulator's PV binder
 is left to settle (every claim Pending, annotated for our provisioner); only then does one
@@ -43,7 +43,7 @@ from localpv.nfs.controller import ControllerSettings
 from localpv.nfs.metrics import NfsMetrics
 from localpv.nfs.pathpattern import RESERVED_DIRECTORY
 from localpv.nfs.provisioner import NfsSource
-from localpv.testing.apiserver import ApiServer, resource_for
+from localpv_emulator.apiserver import ApiServer, resource_for
 
 PROVISIONER = "bench.localpv/nfs"
 

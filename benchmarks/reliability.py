@@ -1,9 +1,9 @@
 """The full fault campaign (issue 7): many cycles of API faults and SIGKILLs.
 
-    python benchmarks/reliability.py agent --cycles 60 --volumes 6 --seed 1
-    python benchmarks/reliability.py nfs --cycles 60 --seed 1
+    python -m benchmarks.reliability agent --cycles 60 --volumes 6 --seed 1
+    python -m benchmarks.reliability nfs --cycles 60 --seed 1
 
-Runs :class:`localpv.testing.campaign.AgentCampaign` (real `localpv agent` processes,
+Runs :class:`tests.support.campaign.AgentCampaign` (real `localpv agent` processes,
 real tmpfs volumes, the API emulator's fault injection; besides fault cycles, seeded
 cycles that re-apply PVs with the agent down or up, change the class's hostDir to an
 alias, and lose the agent's state dir) or ``NfsCampaign`` (two
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from localpv.testing.campaign import REAPPLY_GRACE, AgentCampaign, NfsCampaign, Violation
+from tests.support.campaign import REAPPLY_GRACE, AgentCampaign, NfsCampaign, Violation
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.kube.events import EventRecorder
 from localpv.metrics import AgentMetrics
-from localpv.testing.objects import claim, node, storage_class
+from localpv_emulator.objects import claim, node, storage_class
 
 NODE = "demo-node"
 CLASS = "local-demo"
@@ -147,7 +147,7 @@ class Demo:
                 signal.signal(sig, handler)
 
     def _run(self) -> None:
-        from localpv.testing.apiserver import ApiServer
+        from localpv_emulator.apiserver import ApiServer
 
         server = ApiServer(binder=True)
         server.start()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
-from localpv.testing.hostfs import (
+from tests.support.hostfs import (
     HungFuse,
     LoopDevice,
     LoopDevices,
@@ -27,7 +27,7 @@ from localpv.testing.hostfs import (
 
 if TYPE_CHECKING:
     from localpv.kube.api import KubeApi
-    from localpv.testing.apiserver import ApiServer
+    from localpv_emulator.apiserver import ApiServer
 
 T = TypeVar("T")
 
@@ -69,7 +69,7 @@ def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float 
 @pytest.fixture
 def apiserver() -> Iterator[ApiServer]:
     """A fresh API-server emulator (binder on) on a loopback port."""
-    from localpv.testing.apiserver import ApiServer
+    from localpv_emulator.apiserver import ApiServer
 
     srv = ApiServer(binder=True)
     srv.start()

@@ -17,8 +17,8 @@ from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.kube.events import EventRecorder
 from localpv.metrics import AgentMetrics
-from localpv.testing.apiserver import ApiServer
-from localpv.testing.objects import node, storage_class
+from localpv_emulator.apiserver import ApiServer
+from localpv_emulator.objects import node, storage_class
 
 NODE = "node-1"
 #: Cleanup retries in tests come after fractions of a second, not minutes.

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from localpv.naming import NODE_LABEL_KEY, pv_name
-from localpv.testing.apiserver import ApiServer
-from localpv.testing.hostfs import LoopDevices, Mounter
-from localpv.testing.objects import node, storage_class
+from localpv_emulator.apiserver import ApiServer
+from localpv_emulator.objects import node, storage_class
+from tests.support.hostfs import LoopDevices, Mounter
 
 pytestmark = pytest.mark.root
 

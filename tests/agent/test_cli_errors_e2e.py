@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from localpv.testing.apiserver import ApiServer
-from localpv.testing.hostfs import Mounter, sh
-from localpv.testing.objects import node
+from localpv_emulator.apiserver import ApiServer
+from localpv_emulator.objects import node
+from tests.support.hostfs import Mounter, sh
 from tests.unit.test_cli_errors import CONFIG, ENV_NAMES, assert_process_one_line_error
 
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from localpv.testing.apiserver import ApiServer
-from localpv.testing.hostfs import LoopDevices
-from localpv.testing.objects import claim
+from localpv_emulator.apiserver import ApiServer
+from localpv_emulator.objects import claim
 from tests.agent.conftest import NODE, AgentEnv
 from tests.conftest import wait_for
+from tests.support.hostfs import LoopDevices
 
 pytestmark = pytest.mark.root
 

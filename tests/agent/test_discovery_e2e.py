@@ -9,9 +9,9 @@ import yaml
 
 from localpv.kube.resources import PERSISTENT_VOLUMES
 from localpv.naming import NODE_LABEL_KEY, PROVISIONED_BY_ANNOTATION, pv_name
-from localpv.testing.hostfs import LoopDevices, Mounter
 from tests.agent.conftest import NODE, AgentEnv
 from tests.conftest import wait_for
+from tests.support.hostfs import LoopDevices, Mounter
 
 pytestmark = pytest.mark.root
 
@@ -72,7 +72,7 @@ def test_two_classes_sharing_a_host_dir_yield_one_pv(agent_env: AgentEnv, mounte
         "local-fs": {"hostDir": "/mnt/disks", "mountDir": str(agent_env.fs_dir)},
         "other": {"hostDir": "/mnt/disks", "mountDir": str(agent_env.fs_dir)},
     })
-    from localpv.testing.objects import storage_class
+    from localpv_emulator.objects import storage_class
 
     agent_env.apiserver.create(storage_class("other", binding="Immediate"))
     agent = agent_env.start_agent(config)
@@ -135,7 +135,7 @@ def test_config_reload_adds_and_removes_classes(agent_env: AgentEnv, mounter: Mo
     mounter.tmpfs(agent_env.fs_dir / "a")
     other_dir = tmp_path / "other"
     mounter.tmpfs(other_dir / "b")
-    from localpv.testing.objects import storage_class
+    from localpv_emulator.objects import storage_class
 
     agent_env.apiserver.create(storage_class("other", binding="Immediate"))
     cfg_file = tmp_path / "config.yaml"

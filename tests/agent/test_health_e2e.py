@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localpv.testing.hostfs import Mounter
-from localpv.testing.objects import claim, node
+from localpv_emulator.objects import claim, node
 from tests.agent.conftest import NODE, AgentEnv
 from tests.conftest import wait_for
+from tests.support.hostfs import Mounter
 
 pytestmark = pytest.mark.root
 

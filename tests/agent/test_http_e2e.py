@@ -11,11 +11,11 @@ import pytest
 from localpv.agent.node import NodeAgent
 from localpv.agent.status import render_status
 from localpv.httpserver import StatusServer
-from localpv.testing.hostfs import Mounter
-from localpv.testing.objects import claim
+from localpv_emulator.objects import claim
 from tests.agent.conftest import AgentEnv
 from tests.conftest import http_get as get
 from tests.conftest import wait_for
+from tests.support.hostfs import Mounter
 
 pytestmark = pytest.mark.root
 

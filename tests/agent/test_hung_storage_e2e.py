@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from localpv.host.probes import default_probes
-from localpv.testing.hostfs import HungFuse, Mounter
-from localpv.testing.objects import claim
+from localpv_emulator.objects import claim
 from tests.agent.conftest import AgentEnv
 from tests.agent.test_cleanup_e2e import recreated
 from tests.conftest import wait_for
+from tests.support.hostfs import HungFuse, Mounter
 
 pytestmark = pytest.mark.root
 

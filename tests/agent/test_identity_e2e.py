@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from localpv.agent.journal import Journal
-from localpv.testing.hostfs import LoopDevices, Mounter
-from localpv.testing.objects import claim
+from localpv_emulator.objects import claim
 from tests.agent.conftest import AgentEnv
 from tests.conftest import wait_for
+from tests.support.hostfs import LoopDevices, Mounter
 
 pytestmark = pytest.mark.root
 

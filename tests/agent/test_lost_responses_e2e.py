@@ -15,10 +15,10 @@ import pytest
 
 from localpv.clock import Clock
 from localpv.metrics import AGENT
-from localpv.testing.hostfs import Mounter
 from tests.agent.conftest import AgentEnv
 from tests.agent.test_cleanup_e2e import bind_and_release, recreated
 from tests.conftest import wait_for
+from tests.support.hostfs import Mounter
 
 pytestmark = pytest.mark.root
 

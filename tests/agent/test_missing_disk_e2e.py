@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from localpv.agent.journal import Journal
-from localpv.testing.hostfs import Mounter
 from tests.agent.conftest import AgentEnv
 from tests.agent.test_identity_e2e import events, never_offered_dirty, offered_again, use
 from tests.conftest import wait_for
+from tests.support.hostfs import Mounter
 
 pytestmark = pytest.mark.root
 

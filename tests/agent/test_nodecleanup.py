@@ -34,8 +34,8 @@ from localpv.kube.informer import Informer
 from localpv.kube.resources import NODES
 from localpv.kube.workqueue import ItemBackoff
 from localpv.metrics import NodeCleanupMetrics
-from localpv.testing.apiserver import ApiServer
-from localpv.testing.objects import claim, node, storage_class
+from localpv_emulator.apiserver import ApiServer
+from localpv_emulator.objects import claim, node, storage_class
 from tests.conftest import wait_for
 
 Obj = dict[str, Any]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from localpv.testing.hostfs import Mounter
 from tests.agent.conftest import AgentEnv
 from tests.conftest import wait_for
+from tests.support.hostfs import Mounter
 
 pytestmark = pytest.mark.root
 

@@ -19,9 +19,9 @@ import pytest
 
 from localpv.agent.journal import Journal
 from localpv.host.identity import IdentityReader
-from localpv.testing.hostfs import LoopDevice, LoopDevices, Mounter, sh
 from tests.agent.conftest import AgentEnv
 from tests.conftest import wait_for
+from tests.support.hostfs import LoopDevice, LoopDevices, Mounter, sh
 
 pytestmark = pytest.mark.root
 

@@ -17,11 +17,11 @@ import pytest
 
 from localpv.agent.journal import Journal
 from localpv.kube.resources import PERSISTENT_VOLUMES
-from localpv.testing.binder import PVBinder
-from localpv.testing.hostfs import Mounter
+from localpv_emulator.binder import PVBinder
 from tests.agent.conftest import AgentEnv
 from tests.agent.test_identity_e2e import Obj, events, never_offered_dirty, offered_again, use
 from tests.conftest import wait_for
+from tests.support.hostfs import Mounter
 
 pytestmark = pytest.mark.root
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from localpv.agent.node import NodeAgent
-from localpv.testing.hostfs import HungFuse, LoopDevice, LoopDevices, Mounter, sh
 from tests.agent.conftest import AgentEnv
 from tests.agent.test_renumbering_e2e import bound_claim, reboot
 from tests.conftest import wait_for
+from tests.support.hostfs import HungFuse, LoopDevice, LoopDevices, Mounter, sh
 
 pytestmark = pytest.mark.root
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from localpv.testing.hostfs import Mounter
-from localpv.testing.objects import claim
+from localpv_emulator.objects import claim
 from tests.agent.conftest import AgentEnv
 from tests.conftest import wait_for
+from tests.support.hostfs import Mounter
 
 pytestmark = pytest.mark.root
 

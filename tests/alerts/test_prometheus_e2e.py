@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
-from localpv.testing.hostfs import Mounter
-from localpv.testing.objects import claim
+from localpv_emulator.objects import claim
 from tests.agent.conftest import AgentEnv
 from tests.alerts.shipped import alert_rules, alerts, with_overrides
 from tests.conftest import http_get, wait_for
 from tests.emulator.test_cli import free_port
+from tests.support.hostfs import Mounter
 
 pytestmark = pytest.mark.root
 

@@ -19,9 +19,9 @@ from localpv.cli import cli
 from localpv.config import ProvisionerConfig, parse_config
 from localpv.doctor import ERROR, OK, check_propagation, diagnose, failed, gather_host
 from localpv.host.mounts import mount_points
-from localpv.testing.apiserver import ApiServer
-from localpv.testing.hostfs import LoopDevices, Mounter, sh
-from localpv.testing.objects import node, storage_class
+from localpv_emulator.apiserver import ApiServer
+from localpv_emulator.objects import node, storage_class
+from tests.support.hostfs import LoopDevices, Mounter, sh
 
 
 def _host_and_pod(tmp_path: Path, mounter: Mounter, mode: str) -> tuple[Path, Path]:

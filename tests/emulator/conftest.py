@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.conftest import wait_for
 
 Obj = dict[str, Any]

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.emulator.conftest import node, phase, pv, pvc, storage_class, wait_for
 
 SELECTED = "volume.kubernetes.io/selected-node"

@@ -21,7 +21,7 @@ def free_port() -> int:
 
 def test_standalone_server_serves_the_kubeconfig_it_writes(tmp_path: Path) -> None:
     port, kubeconfig = free_port(), tmp_path / "kubeconfig"
-    proc = subprocess.Popen([sys.executable, "-m", "localpv.testing.apiserver", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "localpv_emulator.apiserver", "--port", str(port),
                              "--kubeconfig-out", str(kubeconfig), "--binder", "--job-completer"],
                             stdout=subprocess.PIPE, text=True)
     try:

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.emulator.conftest import configmap, pv, pvc
 
 

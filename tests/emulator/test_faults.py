@@ -13,7 +13,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from localpv.testing.apiserver import ApiServer, LostResponse
+from localpv_emulator.apiserver import ApiServer, LostResponse
 from tests.emulator.conftest import Collector, configmap, pv
 
 Collect = Callable[..., Collector]

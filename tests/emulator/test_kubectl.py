@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.emulator.conftest import KUBECTL, Kubectl, kubectl_for, pv, pvc
 
 MANIFEST = """\

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from localpv.testing.apiserver import RESOURCES, ApiServer
+from localpv_emulator.apiserver import RESOURCES, ApiServer
 from tests.emulator.conftest import pv
 
 Obj = dict[str, Any]
@@ -139,7 +139,7 @@ def test_the_direct_methods_prune_too(srv: ApiServer) -> None:
 def test_every_served_kind_has_a_schema() -> None:
     from kubernetes.client import models
 
-    from localpv.testing.apiserver.pruning import CRDS, MODELS
+    from localpv_emulator.apiserver.pruning import CRDS, MODELS
 
     for rt in RESOURCES:
         key = (rt.api_version, rt.kind)

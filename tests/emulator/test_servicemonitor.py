@@ -10,7 +10,7 @@ from typing import Any
 
 from kubernetes import client
 
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 
 
 def _get(srv: ApiServer, path: str) -> dict[str, Any]:

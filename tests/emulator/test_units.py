@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localpv.testing.apiserver import ApiError, human_duration, json_patch, merge_patch, strategic_merge
-from localpv.testing.binder import QuantityError, parse_quantity
-from localpv.testing.selectors import (
+from localpv_emulator.apiserver import ApiError, human_duration, json_patch, merge_patch, strategic_merge
+from localpv_emulator.binder import QuantityError, parse_quantity
+from localpv_emulator.selectors import (
     FieldSelector,
     LabelSelector,
     SelectorError,

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.emulator.conftest import Collector, configmap, pv
 
 Collect = Callable[..., Collector]
@@ -182,8 +182,8 @@ def test_a_client_gone_mid_answer_prints_no_traceback(error: type[Exception], pr
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """SIGKILLed clients (the campaigns kill agents) filled stderr with BrokenPipe tracebacks;
     a real error in the emulator must still print one."""
-    from localpv.testing.apiserver import ApiServer
-    from localpv.testing.apiserver.httpserver import EmulatorHTTPServer
+    from localpv_emulator.apiserver import ApiServer
+    from localpv_emulator.apiserver.httpserver import EmulatorHTTPServer
 
     httpd = EmulatorHTTPServer(("127.0.0.1", 0), ApiServer())
     try:

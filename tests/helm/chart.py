@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "localpv"

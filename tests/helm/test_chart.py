@@ -20,7 +20,7 @@ from localpv.cli import cli
 from localpv.config import load_config
 from localpv.doctor import required_access
 from localpv.naming import NODE_LABEL_KEY
-from localpv.testing.apiserver import KUBE_VERSION
+from localpv_emulator.apiserver import KUBE_VERSION
 from tests.helm.chart import CI_VALUES, NAMESPACE, Install, installed, lint, load_values, run_helm
 
 Obj = dict[str, Any]

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from localpv.cli import cli
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.helm.chart import CI_VALUES, Install, installed, load_values, run_helm
 
 REPO = Path(__file__).resolve().parents[2]

@@ -26,13 +26,13 @@ from localpv.kube.errors import Backoff
 from localpv.nfs.app import NfsOptions, NfsReplica
 from localpv.nfs.controller import ControllerSettings
 from localpv.nfs.provisioner import NfsSource
-from localpv.testing.apiserver import ApiServer, RequestRecord
-from localpv.testing.binder import PVBinder
-from localpv.testing.hostfs import LoopDevices, Mounter
-from localpv.testing.objects import claim, node
+from localpv_emulator.apiserver import ApiServer, RequestRecord
+from localpv_emulator.binder import PVBinder
+from localpv_emulator.objects import claim, node
 from tests.conftest import wait_for
 from tests.helm.chart import NAMESPACE, Install, run_helm
 from tests.nfs.conftest import records, volume_entries
+from tests.support.hostfs import LoopDevices, Mounter
 
 Obj = dict[str, Any]
 NODE = "node-1"

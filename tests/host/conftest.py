@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from localpv.testing.hostfs import LoopDevice, LoopDevices, MiB, Mounter, sh
+from tests.support.hostfs import LoopDevice, LoopDevices, MiB, Mounter, sh
 
 __all__ = ["ForkedNamespace", "LoopDevice", "LoopDevices", "MiB", "Mounter", "sh"]
 

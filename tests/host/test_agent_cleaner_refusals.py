@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from localpv.agent.cleaning import block_cleaner, filesystem_cleaner
-from localpv.testing.hostfs import LoopDevice, Mounter
+from tests.support.hostfs import LoopDevice, Mounter
 
 pytestmark = pytest.mark.root
 

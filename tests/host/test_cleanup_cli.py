@@ -20,7 +20,7 @@ import yaml
 from localpv.agent.jobs import build_cleanup_job
 from localpv.agent.reconcile import StartCleanup
 from localpv.config import ClassConfig, ProvisionerConfig
-from localpv.testing.hostfs import LoopDevice, Mounter
+from tests.support.hostfs import LoopDevice, Mounter
 
 pytestmark = pytest.mark.root
 

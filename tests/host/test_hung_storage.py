@@ -29,8 +29,8 @@ from localpv.host.mounts import mount_points
 from localpv.host.probes import StorageProbes
 from localpv.host.scan import Entry, EntryKind, ScanError, scan_directory
 from localpv.kube.errors import Backoff
-from localpv.testing.hostfs import HungFuse, MiB, Mounter
 from tests.conftest import wait_for
+from tests.support.hostfs import HungFuse, MiB, Mounter
 
 pytestmark = pytest.mark.root
 

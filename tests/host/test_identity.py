@@ -16,8 +16,8 @@ import pytest
 
 from localpv.host.identity import Identity, IdentityReader, read_udev_properties
 from localpv.host.mounts import MountInfo, read_mountinfo
-from localpv.testing.hostfs import LoopDevice, LoopDevices, Mounter, mkfs, sh
 from tests.conftest import wait_for
+from tests.support.hostfs import LoopDevice, LoopDevices, Mounter, mkfs, sh
 
 pytestmark = pytest.mark.root
 

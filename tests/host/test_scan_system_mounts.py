@@ -15,7 +15,7 @@ import pytest
 
 from localpv.host.mounts import mount_points
 from localpv.host.scan import Entry, EntryKind, ScanError, scan_directory
-from localpv.testing.hostfs import sh
+from tests.support.hostfs import sh
 
 from .conftest import ForkedNamespace, MiB, Mounter
 

@@ -19,8 +19,8 @@ import pytest
 
 from localpv.host.cleaner import block_device_problem
 from localpv.host.fsclean import directly_inside, mount_point_problem
-from localpv.testing.hostfs import LoopDevice, Mounter, sh
 from tests.conftest import wait_for
+from tests.support.hostfs import LoopDevice, Mounter, sh
 
 pytestmark = pytest.mark.root
 

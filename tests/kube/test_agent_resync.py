@@ -10,8 +10,8 @@ from localpv.agent.journal import Journal
 from localpv.agent.node import AgentOptions, NodeAgent
 from localpv.config import parse_config
 from localpv.kube.api import KubeApi
-from localpv.testing.apiserver import ApiServer
-from localpv.testing.objects import node
+from localpv_emulator.apiserver import ApiServer
+from localpv_emulator.objects import node
 
 
 def test_every_agent_informer_relists_within_min_and_twice_min(apiserver: ApiServer, kube: KubeApi,

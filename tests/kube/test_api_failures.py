@@ -13,7 +13,7 @@ from localpv.kube import errors
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import ApiError, Backoff
 from localpv.kube.resources import CONFIG_MAPS, PERSISTENT_VOLUMES
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.kube.scripted import (
     Answer,
     Hang,

@@ -15,7 +15,7 @@ from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.kube.informer import Informer, jittered_period
 from localpv.kube.resources import PERSISTENT_VOLUMES
-from localpv.testing.apiserver import ApiServer, RequestRecord
+from localpv_emulator.apiserver import ApiServer, RequestRecord
 from tests.conftest import wait_for
 from tests.kube.scripted import RecordingClock, Reply, ScriptedServer, Stream, event_line, status_body
 

@@ -10,7 +10,7 @@ from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.kube.informer import Informer
 from localpv.kube.resources import PERSISTENT_VOLUMES
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.conftest import wait_for
 
 

@@ -10,7 +10,7 @@ import pytest
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import AlreadyExists, Conflict, NotFound
 from localpv.kube.resources import CONFIG_MAPS, PERSISTENT_VOLUMES
-from localpv.testing.apiserver import ApiServer, LostResponse
+from localpv_emulator.apiserver import ApiServer, LostResponse
 
 PV = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-a"},
       "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/a"}}}

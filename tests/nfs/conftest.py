@@ -21,7 +21,7 @@ from localpv.nfs.app import NfsOptions, NfsReplica
 from localpv.nfs.controller import ControllerSettings
 from localpv.nfs.metrics import NfsMetrics
 from localpv.nfs.provisioner import NfsSource
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.conftest import wait_for
 
 Snapshot = dict[str, tuple[str, int, int, str]]

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from localpv.cli import cli
 from localpv.kube.leader import lock_name
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.conftest import http_get as get
 from tests.conftest import wait_for
 from tests.nfs.conftest import NFS_PATH, PROVISIONER, SERVER, Cluster, Layout

@@ -22,7 +22,7 @@ from localpv.kube.errors import NotFound
 from localpv.kube.resources import Resource
 from localpv.nfs.cluster import ClusterIdUnavailable, read_cluster_id
 from localpv.nfs.ownership import RECORD_FILE, cluster_id_problem, record_location
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.conftest import wait_for
 from tests.nfs.conftest import (
     Cluster,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.conftest import wait_for
 from tests.nfs.conftest import Cluster, Layout, Replicas, metric, records, volume_entries
 

@@ -17,7 +17,7 @@ from localpv.nfs.controller import ClusterCache, ControllerSettings, ProvisionCo
 from localpv.nfs.export import Export
 from localpv.nfs.metrics import NfsMetrics
 from localpv.nfs.provisioner import NfsProvisioner, NfsSource
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.conftest import wait_for
 from tests.nfs.conftest import NFS_PATH, PROVISIONER, SERVER, Cluster, Layout, Replicas, metric, records, volume_entries
 

@@ -4,7 +4,7 @@ retried into AlreadyExists is the claim's PV; a delete retried into NotFound is 
 
 from __future__ import annotations
 
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 from tests.conftest import wait_for
 from tests.nfs.conftest import Cluster, Layout, Replicas, history, metric, records, volume_entries
 

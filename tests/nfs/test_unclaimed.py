@@ -22,7 +22,7 @@ import pytest
 
 from localpv.kube.api import KubeApi, Obj
 from localpv.kube.resources import PERSISTENT_VOLUMES
-from localpv.testing.binder import PVBinder
+from localpv_emulator.binder import PVBinder
 from tests.conftest import wait_for
 from tests.nfs.conftest import Cluster, Layout, Replicas, history, records
 from tests.nfs.test_lifecycle import dir_of

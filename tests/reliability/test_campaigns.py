@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from localpv.testing.campaign import AgentCampaign, NfsCampaign
+from tests.support.campaign import AgentCampaign, NfsCampaign
 
 pytestmark = pytest.mark.root
 

@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from localpv.cli import cli
-from localpv.testing.hostfs import MiB, sh
 from tests.host.conftest import ForkedNamespace
+from tests.support.hostfs import MiB, sh
 
 ROOT_ALIASES = [("/.", "/tmp/.."), ("//", "/"), ("/mnt/..", "/mnt/disks"), ("/mnt/disks", "/proc/self/..")]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from localpv.testing.apiserver.resources import Obj, ResourceType
+from localpv_emulator.apiserver.resources import Obj, ResourceType
 
 if TYPE_CHECKING:
-    from localpv.testing.apiserver.validation import FieldErrors
+    from localpv_emulator.apiserver.validation import FieldErrors
 
 
 _REASONS = {

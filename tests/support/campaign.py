@@ -90,11 +90,11 @@ from typing import Any
 import yaml
 
 from localpv.nfs.pathpattern import RESERVED_DIRECTORY
-from localpv.testing.apiserver import ApiError, ApiServer
-from localpv.testing.apiserver.patch import JSON_PATCH
-from localpv.testing.apiserver.resources import resource_for
-from localpv.testing.hostfs import LoopDevices, Mounter
-from localpv.testing.objects import claim, node, storage_class
+from localpv_emulator.apiserver import ApiError, ApiServer
+from localpv_emulator.apiserver.patch import JSON_PATCH
+from localpv_emulator.apiserver.resources import resource_for
+from localpv_emulator.objects import claim, node, storage_class
+from tests.support.hostfs import LoopDevices, Mounter
 
 NODE = "campaign-node"
 CLASS = "local-fs"

@@ -7,14 +7,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from localpv.testing.apiserver.resources import Obj
-from localpv.testing.apiserver.routing import Route
-from localpv.testing.apiserver.selection import Selection
-from localpv.testing.apiserver.store import Change, encode_event
-from localpv.testing.apiserver.tables import Renderer
+from localpv_emulator.apiserver.resources import Obj
+from localpv_emulator.apiserver.routing import Route
+from localpv_emulator.apiserver.selection import Selection
+from localpv_emulator.apiserver.store import Change, encode_event
+from localpv_emulator.apiserver.tables import Renderer
 
 if TYPE_CHECKING:
-    from localpv.testing.apiserver.server import ApiServer
+    from localpv_emulator.apiserver.server import ApiServer
 
 
 class WatchStream:

@@ -10,14 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from localpv.testing.apiserver.controllers import ClusterView, GarbageCollector, JobCompleter, finish_job
-from localpv.testing.apiserver.dispatcher import Dispatcher
-from localpv.testing.apiserver.faults import Faults
-from localpv.testing.apiserver.httpserver import EmulatorHTTPServer
-from localpv.testing.apiserver.requestlog import RequestLog
-from localpv.testing.apiserver.resources import KUBE_VERSION, NAMESPACES, Obj, ResourceType, resource_for
-from localpv.testing.apiserver.store import DeleteOptions, Store
-from localpv.testing.binder import PVBinder, Reconciler
+from localpv_emulator.apiserver.controllers import ClusterView, GarbageCollector, JobCompleter, finish_job
+from localpv_emulator.apiserver.dispatcher import Dispatcher
+from localpv_emulator.apiserver.faults import Faults
+from localpv_emulator.apiserver.httpserver import EmulatorHTTPServer
+from localpv_emulator.apiserver.requestlog import RequestLog
+from localpv_emulator.apiserver.resources import KUBE_VERSION, NAMESPACES, Obj, ResourceType, resource_for
+from localpv_emulator.apiserver.store import DeleteOptions, Store
+from localpv_emulator.binder import PVBinder, Reconciler
 
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 

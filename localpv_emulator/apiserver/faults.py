@@ -7,10 +7,10 @@ import random
 import threading
 from typing import TYPE_CHECKING, Literal, get_args
 
-from localpv.testing.apiserver.errors import ApiError
+from localpv_emulator.apiserver.errors import ApiError
 
 if TYPE_CHECKING:
-    from localpv.testing.apiserver.server import ApiServer
+    from localpv_emulator.apiserver.server import ApiServer
 
 
 FAULT_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")

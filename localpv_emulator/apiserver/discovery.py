@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from localpv.testing.apiserver.resources import KUBE_VERSION, RESOURCES, STATUS_VERBS, Obj, ResourceType
-from localpv.testing.apiserver.routing import HttpResponse
+from localpv_emulator.apiserver.resources import KUBE_VERSION, RESOURCES, STATUS_VERBS, Obj, ResourceType
+from localpv_emulator.apiserver.routing import HttpResponse
 
 if TYPE_CHECKING:
-    from localpv.testing.apiserver.server import ApiServer
+    from localpv_emulator.apiserver.server import ApiServer
 
 
 def _group_versions() -> list[tuple[str, str]]:

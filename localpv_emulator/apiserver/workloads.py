@@ -5,13 +5,13 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from localpv.testing.apiserver.resources import Obj
-from localpv.testing.apiserver.strategies import Strategy, spec_of
-from localpv.testing.apiserver.validation import FieldErrors, check_enum, name_problems
-from localpv.testing.selectors import LabelSelector, SelectorError
+from localpv_emulator.apiserver.resources import Obj
+from localpv_emulator.apiserver.strategies import Strategy, spec_of
+from localpv_emulator.apiserver.validation import FieldErrors, check_enum, name_problems
+from localpv_emulator.selectors import LabelSelector, SelectorError
 
 if TYPE_CHECKING:
-    from localpv.testing.apiserver.store import Store
+    from localpv_emulator.apiserver.store import Store
 
 
 _RESTART_POLICIES = ("Always", "OnFailure", "Never")

@@ -7,7 +7,7 @@ the server's contract where clients can observe it: one global resourceVersion, 
 semantics and their ``metav1.Status`` bodies, list/watch with selectors, paging and resume,
 the status subresource, finalizers, preconditions, owner-reference garbage collection,
 unknown fields dropped on every write (see :mod:`.pruning`), and a PV binder standing in for
-kube-controller-manager (see :mod:`localpv.testing.binder`).
+kube-controller-manager (see :mod:`localpv_emulator.binder`).
 
 For kubectl it also serves server-side tables (the columns of ``kubectl get``) and minimal
 OpenAPI documents: v3 for kubectl >= 1.29 and a protobuf v2 for older ones, carrying only
@@ -42,16 +42,16 @@ completer), :mod:`.routing`, :mod:`.selection`, :mod:`.tables`, :mod:`.watch`,
 Everything callers use is imported from the package itself.
 
 Usage: ``ApiServer().start()`` in tests, or
-``python -m localpv.testing.apiserver --port N --kubeconfig-out FILE [--binder] [--job-completer]``.
+``python -m localpv_emulator.apiserver --port N --kubeconfig-out FILE [--binder] [--job-completer]``.
 """
 
 from __future__ import annotations
 
-from localpv.testing.apiserver.controllers import ClusterView, GarbageCollector, JobCompleter, finish_job
-from localpv.testing.apiserver.dispatcher import Dispatcher
-from localpv.testing.apiserver.errors import ApiError
-from localpv.testing.apiserver.faults import FAULT_VERBS, WRITE_VERBS, Faults, LostResponse
-from localpv.testing.apiserver.patch import (
+from localpv_emulator.apiserver.controllers import ClusterView, GarbageCollector, JobCompleter, finish_job
+from localpv_emulator.apiserver.dispatcher import Dispatcher
+from localpv_emulator.apiserver.errors import ApiError
+from localpv_emulator.apiserver.faults import FAULT_VERBS, WRITE_VERBS, Faults, LostResponse
+from localpv_emulator.apiserver.patch import (
     APPLY_PATCH,
     JSON_PATCH,
     MERGE_PATCH,
@@ -62,9 +62,9 @@ from localpv.testing.apiserver.patch import (
     merge_patch,
     strategic_merge,
 )
-from localpv.testing.apiserver.registry import STRATEGIES, strategy_for
-from localpv.testing.apiserver.requestlog import RequestInfo, RequestLog, RequestRecord
-from localpv.testing.apiserver.resources import (
+from localpv_emulator.apiserver.registry import STRATEGIES, strategy_for
+from localpv_emulator.apiserver.requestlog import RequestInfo, RequestLog, RequestRecord
+from localpv_emulator.apiserver.resources import (
     ALL_VERBS,
     KUBE_VERSION,
     NAMESPACES,
@@ -75,15 +75,15 @@ from localpv.testing.apiserver.resources import (
     now_rfc3339,
     resource_for,
 )
-from localpv.testing.apiserver.routing import HttpRequest, HttpResponse, Route, parse_route
-from localpv.testing.apiserver.selection import Selection, field_value, selectable_fields
-from localpv.testing.apiserver.server import ApiServer
-from localpv.testing.apiserver.standalone import main
-from localpv.testing.apiserver.store import Change, DeleteOptions, Store, encode_event
-from localpv.testing.apiserver.strategies import Strategy
-from localpv.testing.apiserver.tables import PRINTERS, human_duration, to_table
-from localpv.testing.apiserver.validation import FieldErrors, name_problems, validate_metadata
-from localpv.testing.apiserver.watch import WatchStream
+from localpv_emulator.apiserver.routing import HttpRequest, HttpResponse, Route, parse_route
+from localpv_emulator.apiserver.selection import Selection, field_value, selectable_fields
+from localpv_emulator.apiserver.server import ApiServer
+from localpv_emulator.apiserver.standalone import main
+from localpv_emulator.apiserver.store import Change, DeleteOptions, Store, encode_event
+from localpv_emulator.apiserver.strategies import Strategy
+from localpv_emulator.apiserver.tables import PRINTERS, human_duration, to_table
+from localpv_emulator.apiserver.validation import FieldErrors, name_problems, validate_metadata
+from localpv_emulator.apiserver.watch import WatchStream
 
 __all__ = [
     "ALL_VERBS",

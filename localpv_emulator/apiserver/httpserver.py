@@ -12,14 +12,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from localpv.testing.apiserver.errors import ApiError
-from localpv.testing.apiserver.faults import LostResponse
-from localpv.testing.apiserver.requestlog import RequestInfo, RequestRecord
-from localpv.testing.apiserver.routing import HttpRequest, HttpResponse
-from localpv.testing.apiserver.watch import WatchStream
+from localpv_emulator.apiserver.errors import ApiError
+from localpv_emulator.apiserver.faults import LostResponse
+from localpv_emulator.apiserver.requestlog import RequestInfo, RequestRecord
+from localpv_emulator.apiserver.routing import HttpRequest, HttpResponse
+from localpv_emulator.apiserver.watch import WatchStream
 
 if TYPE_CHECKING:
-    from localpv.testing.apiserver.server import ApiServer
+    from localpv_emulator.apiserver.server import ApiServer
 
 
 class EmulatorHTTPServer(ThreadingHTTPServer):

@@ -1,9 +1,9 @@
-"""Which :class:`~localpv.testing.apiserver.strategies.Strategy` each kind gets."""
+"""Which :class:`~localpv_emulator.apiserver.strategies.Strategy` each kind gets."""
 
 from __future__ import annotations
 
-from localpv.testing.apiserver.resources import ResourceType
-from localpv.testing.apiserver.strategies import (
+from localpv_emulator.apiserver.resources import ResourceType
+from localpv_emulator.apiserver.strategies import (
     CoreEventStrategy,
     DataStrategy,
     EventsV1Strategy,
@@ -16,7 +16,7 @@ from localpv.testing.apiserver.strategies import (
     StorageClassStrategy,
     Strategy,
 )
-from localpv.testing.apiserver.workloads import JobStrategy, PodStrategy, WorkloadStrategy
+from localpv_emulator.apiserver.workloads import JobStrategy, PodStrategy, WorkloadStrategy
 
 _RBAC = RbacStrategy()
 STRATEGIES: dict[tuple[str, str], Strategy] = {

@@ -6,22 +6,22 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from localpv.testing.apiserver.discovery import discovery_response
-from localpv.testing.apiserver.errors import ApiError
-from localpv.testing.apiserver.faults import WRITE_VERBS
-from localpv.testing.apiserver.patch import PATCH_TYPES
-from localpv.testing.apiserver.requestlog import RequestInfo
-from localpv.testing.apiserver.resources import Obj, ResourceType, resource_for
-from localpv.testing.apiserver.routing import HttpRequest, HttpResponse, Route, parse_route
-from localpv.testing.apiserver.selection import Selection, decode_continue, encode_continue, list_item
-from localpv.testing.apiserver.store import DeleteOptions, Store
-from localpv.testing.apiserver.tables import table_renderer
-from localpv.testing.apiserver.validation import FieldErrors
-from localpv.testing.apiserver.watch import WatchStream
-from localpv.testing.selectors import FieldSelector
+from localpv_emulator.apiserver.discovery import discovery_response
+from localpv_emulator.apiserver.errors import ApiError
+from localpv_emulator.apiserver.faults import WRITE_VERBS
+from localpv_emulator.apiserver.patch import PATCH_TYPES
+from localpv_emulator.apiserver.requestlog import RequestInfo
+from localpv_emulator.apiserver.resources import Obj, ResourceType, resource_for
+from localpv_emulator.apiserver.routing import HttpRequest, HttpResponse, Route, parse_route
+from localpv_emulator.apiserver.selection import Selection, decode_continue, encode_continue, list_item
+from localpv_emulator.apiserver.store import DeleteOptions, Store
+from localpv_emulator.apiserver.tables import table_renderer
+from localpv_emulator.apiserver.validation import FieldErrors
+from localpv_emulator.apiserver.watch import WatchStream
+from localpv_emulator.selectors import FieldSelector
 
 if TYPE_CHECKING:
-    from localpv.testing.apiserver.server import ApiServer
+    from localpv_emulator.apiserver.server import ApiServer
 
 
 class Dispatcher:

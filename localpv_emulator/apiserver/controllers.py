@@ -1,20 +1,20 @@
 """The controllers of kube-controller-manager the emulator runs itself: the garbage
 collector (with the namespace controller) and a stand-in for the Job controller. The PV
-binder lives in :mod:`localpv.testing.binder` and sees the store through :class:`ClusterView`."""
+binder lives in :mod:`localpv_emulator.binder` and sees the store through :class:`ClusterView`."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable
 
-from localpv.testing.apiserver.errors import ApiError
-from localpv.testing.apiserver.resources import NAMESPACES, RESOURCES, Obj, ResourceType, now_rfc3339, resource_for
-from localpv.testing.apiserver.store import DeleteOptions, Store
-from localpv.testing.binder import Reconciler
+from localpv_emulator.apiserver.errors import ApiError
+from localpv_emulator.apiserver.resources import NAMESPACES, RESOURCES, Obj, ResourceType, now_rfc3339, resource_for
+from localpv_emulator.apiserver.store import DeleteOptions, Store
+from localpv_emulator.binder import Reconciler
 
 
 class ClusterView:
-    """The :class:`~localpv.testing.binder.Cluster` protocol over a :class:`Store`."""
+    """The :class:`~localpv_emulator.binder.Cluster` protocol over a :class:`Store`."""
 
     def __init__(self, store: Store) -> None:
         self.store = store

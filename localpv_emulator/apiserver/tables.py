@@ -6,9 +6,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from localpv.testing.apiserver.resources import Obj, ResourceType
-from localpv.testing.apiserver.routing import HttpRequest
-from localpv.testing.apiserver.strategies import DEFAULT_CLASS_ANNOTATIONS
+from localpv_emulator.apiserver.resources import Obj, ResourceType
+from localpv_emulator.apiserver.routing import HttpRequest
+from localpv_emulator.apiserver.strategies import DEFAULT_CLASS_ANNOTATIONS
 
 
 def human_duration(seconds: float) -> str:

@@ -1,7 +1,7 @@
 """Per-kind rules after kube-apiserver's registry strategies: the base class and the
 storage, configuration, service, event and RBAC kinds (workloads are in
-:mod:`~localpv.testing.apiserver.workloads`, the lookup in
-:mod:`~localpv.testing.apiserver.registry`)."""
+:mod:`~localpv_emulator.apiserver.workloads`, the lookup in
+:mod:`~localpv_emulator.apiserver.registry`)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ import binascii
 import copy
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from localpv.testing.apiserver.resources import Obj, resource_for
-from localpv.testing.apiserver.validation import (
+from localpv_emulator.apiserver.resources import Obj, resource_for
+from localpv_emulator.apiserver.validation import (
     CONFIG_KEY,
     FieldErrors,
     check_enum,
     check_quantity,
     name_problems,
 )
-from localpv.testing.binder import QuantityError, parse_quantity
-from localpv.testing.selectors import LabelSelector, SelectorError, node_selector_problems, qualified_name_problems
+from localpv_emulator.binder import QuantityError, parse_quantity
+from localpv_emulator.selectors import LabelSelector, SelectorError, node_selector_problems, qualified_name_problems
 
 if TYPE_CHECKING:
-    from localpv.testing.apiserver.store import Store
+    from localpv_emulator.apiserver.store import Store
 
 
 class Strategy:

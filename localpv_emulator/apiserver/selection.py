@@ -8,10 +8,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from localpv.testing.apiserver.errors import ApiError
-from localpv.testing.apiserver.resources import Obj, ResourceType
-from localpv.testing.apiserver.routing import HttpRequest
-from localpv.testing.selectors import FieldSelector, LabelSelector, SelectorError
+from localpv_emulator.apiserver.errors import ApiError
+from localpv_emulator.apiserver.resources import Obj, ResourceType
+from localpv_emulator.apiserver.routing import HttpRequest
+from localpv_emulator.selectors import FieldSelector, LabelSelector, SelectorError
 
 _FIELD_ALIASES = {"source": "source.component", "status.successful": "status.succeeded"}
 _FIELD_DEFAULTS = {"spec.unschedulable": "false", "spec.hostNetwork": "false", "status.successful": "0"}

@@ -31,7 +31,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from localpv.testing.apiserver.resources import Obj, ResourceType
+from localpv_emulator.apiserver.resources import Obj, ResourceType
 
 
 @dataclass(eq=False)

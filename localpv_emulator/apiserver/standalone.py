@@ -1,4 +1,4 @@
-"""The standalone server: ``python -m localpv.testing.apiserver``."""
+"""The standalone server: ``python -m localpv_emulator.apiserver``."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import signal
 import threading
 from pathlib import Path
 
-from localpv.testing.apiserver.resources import KUBE_VERSION
-from localpv.testing.apiserver.server import ApiServer
+from localpv_emulator.apiserver.resources import KUBE_VERSION
+from localpv_emulator.apiserver.server import ApiServer
 
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGINT/SIGTERM (the standalone mode used by ``localpv demo`` and humans)."""
-    parser = argparse.ArgumentParser(prog="python -m localpv.testing.apiserver",
+    parser = argparse.ArgumentParser(prog="python -m localpv_emulator.apiserver",
                                      description="Serve the localpv Kubernetes API emulator.")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)")
     parser.add_argument("--kubeconfig-out", type=Path, help="write a kubeconfig for the server here")

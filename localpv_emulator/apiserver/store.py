@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from localpv.testing.apiserver.errors import ApiError
-from localpv.testing.apiserver.patch import (
+from localpv_emulator.apiserver.errors import ApiError
+from localpv_emulator.apiserver.patch import (
     APPLY_PATCH,
     JSON_PATCH,
     MERGE_PATCH,
@@ -23,10 +23,10 @@ from localpv.testing.apiserver.patch import (
     merge_patch,
     strategic_merge,
 )
-from localpv.testing.apiserver.pruning import prune
-from localpv.testing.apiserver.registry import strategy_for
-from localpv.testing.apiserver.resources import NAMESPACES, RESOURCES, Obj, ResourceType, now_rfc3339
-from localpv.testing.apiserver.validation import FieldErrors, validate_metadata
+from localpv_emulator.apiserver.pruning import prune
+from localpv_emulator.apiserver.registry import strategy_for
+from localpv_emulator.apiserver.resources import NAMESPACES, RESOURCES, Obj, ResourceType, now_rfc3339
+from localpv_emulator.apiserver.validation import FieldErrors, validate_metadata
 
 
 @dataclass

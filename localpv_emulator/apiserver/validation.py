@@ -7,9 +7,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from localpv.testing.apiserver.resources import Obj, ResourceType
-from localpv.testing.binder import QuantityError, parse_quantity
-from localpv.testing.selectors import DNS1123_SUBDOMAIN, label_value_problems, qualified_name_problems
+from localpv_emulator.apiserver.resources import Obj, ResourceType
+from localpv_emulator.binder import QuantityError, parse_quantity
+from localpv_emulator.selectors import DNS1123_SUBDOMAIN, label_value_problems, qualified_name_problems
 
 
 def _show(value: Any) -> str:

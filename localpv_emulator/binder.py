@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any, Protocol
 
-from localpv.testing.selectors import LabelSelector, SelectorError, node_selector_matches
+from localpv_emulator.selectors import LabelSelector, SelectorError, node_selector_matches
 
 __all__ = [
     "ANN_BIND_COMPLETED",

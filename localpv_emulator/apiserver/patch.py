@@ -7,7 +7,7 @@ import copy
 import json
 from typing import Any
 
-from localpv.testing.apiserver.errors import ApiError
+from localpv_emulator.apiserver.errors import ApiError
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from localpv.testing.apiserver.errors import ApiError
-from localpv.testing.apiserver.faults import LostResponse
-from localpv.testing.apiserver.patch import decode_apply_body
-from localpv.testing.apiserver.resources import BY_PATH, STATUS_VERBS, ResourceType
+from localpv_emulator.apiserver.errors import ApiError
+from localpv_emulator.apiserver.faults import LostResponse
+from localpv_emulator.apiserver.patch import decode_apply_body
+from localpv_emulator.apiserver.resources import BY_PATH, STATUS_VERBS, ResourceType
 
 
 @dataclass
