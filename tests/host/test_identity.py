@@ -154,3 +154,26 @@ def test_udev_properties_come_first_for_hardware_identities(loop_device: LoopDev
     entry.write_text("E:ID_SERIAL=ST4000NM_ZC12345\n")
     assert IdentityReader(str(tmp_path / "udev")).block(rdev) == Identity("blk:serial=ST4000NM_ZC12345",
                                                                           "serial (udev)")
+
+
+def test_a_mounts_identity_is_read_once_and_a_new_mount_is_read_again(
+    ext4_loop: LoopDevice, mounter: Mounter, tmp_path: Path
+) -> None:
+    """Cached by the mount's unique id (Linux 6.8+), which no later mount gets: the same disk
+    mounted again, or reformatted and mounted again, is read afresh."""
+    from localpv.host.identity import unique_mount_id
+
+    reader = IdentityReader(str(tmp_path / "no-udev"))
+    target = mounter.device(ext4_loop.path, tmp_path / "mnt")
+    fd = os.open(target, os.O_PATH | os.O_CLOEXEC)
+    try:
+        if unique_mount_id(fd) is None:
+            pytest.skip("this kernel has no unique mount ids (before 6.8): nothing is cached")
+    finally:
+        os.close(fd)
+    first = fs_identity(reader, target)
+    assert fs_identity(reader, target) == first and reader.reads == 1
+    mounter.umount(target)
+    mkfs("ext4", ext4_loop.path)
+    again = fs_identity(reader, mounter.device(ext4_loop.path, tmp_path / "mnt"))
+    assert reader.reads == 2 and again.value != first.value
