@@ -125,5 +125,5 @@ def test_journal_survives_restarts_and_counts_committed_bytes(tmp_path: Path) ->
 def test_an_unreadable_journal_stops_rather_than_guesses(tmp_path: Path) -> None:
     path = tmp_path / "csi-images.json"
     path.write_text('{"version": 1, "images": {"pvc-a": {"state": "bogus"}}}')
-    with pytest.raises(ImageJournalError, match="unreadable image journal.*Do not delete it"):
+    with pytest.raises(ImageJournalError, match=r"unreadable image journal.*Do not delete it"):
         ImageJournal(path)
