@@ -137,7 +137,7 @@ def test_no_room_reschedules_the_claim(env: Env) -> None:
     env.claim("huge", size="2Gi")  # the pool holds 512 MiB, overcommit 1
     wait_for(lambda: "volume.kubernetes.io/selected-node" not in
              (env.pvc("huge")["metadata"].get("annotations") or {}), what="the selected node to be removed")
-    [(reason, message)] = [r for r in env.reasons("huge") if r[0] == "ProvisioningFailed"]
+    message = wait_for(lambda: next((m for r, m in env.reasons("huge") if r == "ProvisioningFailed"), None))
     assert "pool fast has" in message and "does not fit" in message and "rescheduling" in message
     assert env.pool_env.pool.images.names() == [] and env.journal().snapshot() == {}
 
