@@ -210,7 +210,7 @@ def test_release_with_delete_removes_the_image_once_unstaged(env: Env) -> None:
     # Unstaged (the loop device gone): the image, then the PV object, then the record go.
     wait_for(lambda: env.server.get("v1", "PersistentVolume", volume) is None, timeout=30, what="the PV to go")
     assert not images.exists(volume) and images.names() == []
-    assert env.journal().snapshot() == {}
+    wait_for(lambda: env.journal().snapshot() == {}, what="the record to go (after the PV object)")
 
 
 def test_retain_keeps_the_image(env: Env) -> None:
