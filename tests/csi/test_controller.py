@@ -116,10 +116,12 @@ def test_a_claim_on_this_node_gets_an_image_and_a_pv(env: Env) -> None:
     assert pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"] == [
         {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE_NAME]}]
     assert images.usage(volume).size == 100 * MiB
-    record = env.journal().get(volume)
-    assert record is not None and record.state is ImageState.READY and record.pv_uid == pv["metadata"]["uid"]
-    reasons = [r for r, _ in env.reasons("data")]
-    assert "Provisioning" in reasons and "ProvisioningSucceeded" in reasons
+    record = wait_for(lambda: (r := env.journal().get(volume)) is not None and r.pv_uid and r,
+                      what="the record to learn the PV's uid")
+    assert record.state is ImageState.READY and record.pv_uid == pv["metadata"]["uid"]
+    reasons = wait_for(lambda: (found := [r for r, _ in env.reasons("data")]) and "ProvisioningSucceeded" in found
+                       and found)
+    assert "Provisioning" in reasons
 
 
 def test_claims_for_other_nodes_or_not_yet_scheduled_are_left_alone(env: Env) -> None:
@@ -243,14 +245,15 @@ def test_expansion_grows_image_pv_and_finally_the_claim(env: Env) -> None:
     assert env.journal().get(volume).size == 128 * MiB  # type: ignore[union-attr]
     conditions = wait_for(lambda: env.pvc("data").get("status", {}).get("conditions"))
     assert [c["type"] for c in conditions] == ["FileSystemResizePending"]
-    assert ("FileSystemResizeRequired", "Require file system resize of volume on node") in env.reasons("data")
+    wait_for(lambda: ("FileSystemResizeRequired", "Require file system resize of volume on node") in
+             env.reasons("data"), what="the resize event")
     # The kubelet's NodeExpandVolume grew the filesystem: the claim ends with its new capacity.
     controller.expander.filesystem_grown(volume, 128 * MiB)
     # (The emulator's binder copies a bound PV's capacity into the claim at every pass, which
     # the real PV controller does only when binding: the condition is what proves the finish.)
     wait_for(lambda: not env.pvc("data")["status"].get("conditions"), what="the resize condition to go")
     assert env.pvc("data")["status"]["capacity"]["storage"] == "128Mi"
-    assert any(r == "FileSystemResizeSuccessful" for r, _ in env.reasons("data"))
+    wait_for(lambda: any(r == "FileSystemResizeSuccessful" for r, _ in env.reasons("data")), what="the event")
 
 
 def test_expansion_past_the_pool_is_refused_with_an_event(env: Env) -> None:
