@@ -18,12 +18,12 @@ from prometheus_client import CollectorRegistry
 from localpv.config import ProvisionerConfig
 from localpv.csi.controller import DynamicController, DynamicSettings
 from localpv.csi.identity import IdentityService
-from localpv.csi.journal import ImageJournal
+from localpv.csi.journal import ImageJournal, ImageJournalError
 from localpv.csi.metrics import DynamicMetrics, PoolFigures
 from localpv.csi.node import NodeService
 from localpv.csi.pools import Pool, PoolState
 from localpv.csi.registration import RegistrationService, SocketPaths
-from localpv.csi.rpc import UnixServer
+from localpv.csi.rpc import SocketInUse, UnixServer
 from localpv.kube.api import KubeApi
 from localpv.kube.events import EventRecorder
 from localpv.kube.resources import NODES
@@ -112,10 +112,20 @@ class DynamicVolumes:
         return found + ([refused] if refused else [])
 
 
+class DynamicStartError(Exception):
+    """Dynamic volumes cannot be served on this node (the message says why and what to do)."""
+
+
 def start_dynamic(api: KubeApi, *, node_name: str, config: Callable[[], ProvisionerConfig], state_dir: str,
                   kubelet_dir: str, registry: CollectorRegistry) -> DynamicVolumes:
     """The agent's hook: build and start everything dynamic volumes need on this node."""
-    dynamic = DynamicVolumes(api, node_name=node_name, config=config, state_dir=state_dir, kubelet_dir=kubelet_dir,
-                             registry=registry)
-    dynamic.start()
+    try:
+        dynamic = DynamicVolumes(api, node_name=node_name, config=config, state_dir=state_dir,
+                                 kubelet_dir=kubelet_dir, registry=registry)
+        dynamic.start()
+    except (ImageJournalError, SocketInUse) as err:
+        raise DynamicStartError(str(err)) from err
+    except OSError as err:
+        raise DynamicStartError(f"dynamic volumes cannot start: {err} (is {kubelet_dir} the kubelet's root "
+                                "directory, mounted into the agent?)") from err
     return dynamic
