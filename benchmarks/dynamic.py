@@ -120,6 +120,8 @@ def images(base: Path) -> None:
 
 
 def publish(base: Path, rounds: int) -> None:
+    import grpc
+
     from localpv.csi.config import PoolConfig
     from localpv.csi.images import FsType, Provisioning
     from localpv.csi.node import NodeService
@@ -127,8 +129,6 @@ def publish(base: Path, rounds: int) -> None:
     from localpv.csi.proto import csi_pb2 as csi
     from localpv.csi.rpc import UnixServer, unary_call
     from localpv.csi.volume import FS_UUID, POOL
-
-    import grpc
 
     device, root = _pool(base, 512 * MiB)
     sock_dir = Path(tempfile.mkdtemp(prefix="lpv-", dir="/tmp"))
