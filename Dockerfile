@@ -51,12 +51,13 @@ RUN site=$(/opt/localpv/bin/python -c 'import sysconfig; print(sysconfig.get_pat
 FROM ${BASE_IMAGE}
 
 # Tools the cleaner scripts call: mkfs/wipefs/blkdiscard/ionice/findmnt (util-linux), mkfs.ext4
-# (e2fsprogs), shred/dd/readlink/dirname (coreutils), find (findutils); bash runs them; pyudev
+# (e2fsprogs), shred/dd/readlink/dirname (coreutils), find (findutils); bash runs them; dynamic
+# volumes also use mount (util-linux), e2fsck/resize2fs (e2fsprogs), mkfs.xfs/xfs_growfs (xfsprogs); pyudev
 # needs libudev for block-device events. Then pip goes: Debian's packages where the base has
 # them, the copies in every site directory, the ensurepip module and its bundled wheels.
 RUN set -eu; \
     apt-get update; \
-    apt-get install -y --no-install-recommends util-linux e2fsprogs coreutils findutils bash libudev1; \
+    apt-get install -y --no-install-recommends util-linux e2fsprogs xfsprogs coreutils findutils bash libudev1; \
     pipdebs=""; \
     for p in python3-pip python3-pip-whl python3-setuptools python3-setuptools-whl python3-wheel python3-venv; do \
       if dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'ok installed'; then pipdebs="$pipdebs $p"; fi; \

@@ -552,10 +552,12 @@ def _wait_for_signal() -> None:
               envvar="LOCALPV_VOLUME_HEALTH_PERIOD",
               help="Longest time between two looks at the health of the volumes in use (every pass looks; mount "
                    "and block-device events start one).")
+@click.option("--kubelet-dir", default="/var/lib/kubelet", show_default=True, envvar="LOCALPV_KUBELET_DIR",
+              help="The kubelet's root directory (dynamic volumes: where the CSI and registration sockets go).")
 @_kube_api_rate_options(AGENT_RATE)
 def agent(config_path: str, node_name: str, namespace: str, job_image: str | None, kubeconfig: str | None,
           listen_address: str, metrics_path: str, discovery_period: float, config_sync_period: float,
-          state_dir: str, host_events: bool, volume_health_period: float, kube_api_qps: float,
+          state_dir: str, host_events: bool, volume_health_period: float, kubelet_dir: str, kube_api_qps: float,
           kube_api_burst: int) -> None:
     """Run the node agent (the DaemonSet entrypoint).
 
@@ -592,20 +594,38 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
                            discovery_period=discovery_period, config_sync_period=config_sync_period,
                            watch_host=host_events, state_dir=state_dir, volume_health_period=volume_health_period)
     node_agent = NodeAgent(api, options, loaded.config, journal, metrics=metrics)
-    server = StatusServer(listener, metrics.registry, ready=node_agent.readiness, healthy=node_agent.healthy,
+    dynamic: Any = None  # localpv.csi.app.DynamicVolumes, when the ConfigMap has dynamic classes
+
+    def healthy() -> tuple[bool, str]:
+        ok, why = node_agent.healthy()
+        problems = dynamic.problems() if dynamic is not None else []
+        return (ok and not problems), "; ".join([why, *problems]) if problems else why
+
+    server = StatusServer(listener, metrics.registry, ready=node_agent.readiness, healthy=healthy,
                           metrics_path=metrics_path, documents={"/status": node_agent.status},
                           loopback_only=("/status",))
     server.start()
     try:
         node_agent.start()
+        if loaded.config.dynamic_classes:  # grpcio is imported only then
+            from localpv.csi.app import DynamicStartError, start_dynamic
+
+            try:
+                dynamic = start_dynamic(api, node_name=node_name, config=lambda: node_agent.config.current,
+                                        state_dir=state_dir, kubelet_dir=kubelet_dir, registry=metrics.registry)
+            except DynamicStartError as err:
+                raise AgentError(str(err)) from err
     except (AgentError, ApiError) as err:
         click.echo(f"error: {_one_line(str(err))}", err=True)
+        node_agent.stop()
         server.stop()
         sys.exit(1)
     log.info("agent running on node %s", node_name)
     try:
         _wait_for_signal()
     finally:
+        if dynamic is not None:
+            dynamic.stop()
         node_agent.stop()
         server.stop()
 

@@ -28,12 +28,15 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import yaml
 
 from localpv.glob import BadPatternError, NamePattern
 from localpv.naming import DNS1123_SUBDOMAIN_RE, QUALIFIED_NAME_RE
+
+if TYPE_CHECKING:
+    from localpv.csi.config import DynamicClass, PoolConfig
 
 DEFAULT_CONFIG_DIR = "/etc/provisioner/config"
 DEFAULT_BLOCK_CLEANER = ("/scripts/quick_reset.sh",)
@@ -100,6 +103,10 @@ class ProvisionerConfig:
     clean_before_first_discovery: bool = False
     cleanup_workers: int = 4
     cleanup_timeout: float = 6 * 3600.0
+    # Dynamic volumes (issue 18): parsed by localpv.csi.config.
+    dynamic_pools: Mapping[str, PoolConfig] = field(default_factory=dict)
+    dynamic_classes: Mapping[str, DynamicClass] = field(default_factory=dict)
+    csi_driver_name: str = "local.csi.localpv.dev"
 
     def cleans_by_job(self, block: bool) -> bool:
         """Whether a volume is cleaned by a Job rather than in-process (upstream: block only)."""
@@ -695,7 +702,23 @@ TOP_LEVEL_KEYS: dict[str, KeySpec] = {
                               "Size of the in-process cleaning worker pool. Default 4.", upstream=False),
     "cleanupTimeout": KeySpec("cleanup_timeout", _as_duration,
                               "Per-volume cleaning timeout. Default `6h0m0s`.", upstream=False),
+    # Dynamic volumes: the parsers live with the CSI code (imported when a key is present).
+    "dynamicPools": KeySpec("dynamic_pools", lambda v, p, pr: _dynamic().parse_pools(v, p, pr),
+                            "Pools of dynamic volumes: name to hostDir, mountDir, requireMount, overcommit, "
+                            "reserved (see docs/dynamic-volumes.md).", upstream=False),
+    "dynamicClassMap": KeySpec("dynamic_classes", lambda v, p, pr: _dynamic().parse_classes(v, p, pr),
+                               "StorageClasses provisioned dynamically: name to pool, fsType, provisioning, "
+                               "mkfsOptions.", upstream=False),
+    "csiDriverName": KeySpec("csi_driver_name", lambda v, p, pr: _dynamic().parse_driver_name(v, p, pr),
+                             "Name of the CSI driver (StorageClass provisioner, CSIDriver object).", upstream=False),
 }
+
+
+def _dynamic() -> Any:
+    """localpv.csi.config, imported when needed (it imports this module's helpers)."""
+    from localpv.csi import config as dynamic
+
+    return dynamic
 
 
 def parse_config(data: Mapping[str, Any], *, strict: bool = False) -> LoadedConfig:
@@ -713,6 +736,8 @@ def parse_config(data: Mapping[str, Any], *, strict: bool = False) -> LoadedConf
             values[spec.field] = spec.parse(data[key], key, problems)
     if not problems.errors:
         _check_shared_dirs(values.get("classes", {}), problems, strict=strict)
+    if not problems.errors and (values.get("dynamic_pools") or values.get("dynamic_classes")):
+        _dynamic().check(values, problems)
     if problems.errors:
         raise ConfigError(problems.errors, tuple(problems.warnings))
     return LoadedConfig(ProvisionerConfig(**values), tuple(problems.warnings))
@@ -1018,6 +1043,10 @@ def config_to_data(config: ProvisionerConfig) -> dict[str, Any]:
             value = {name: _class_to_data(cls) for name, cls in value.items()}
         elif key in ("minResyncPeriod", "cleanupTimeout"):
             value = format_go_duration(value)
+        elif key == "dynamicPools":
+            value = _dynamic().pools_to_data(value)
+        elif key == "dynamicClassMap":
+            value = _dynamic().classes_to_data(value)
         out[key] = _plain(value)
     return out
 

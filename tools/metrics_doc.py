@@ -94,6 +94,18 @@ UPSTREAM: dict[str, str] = {
     "local_volume_node_cleanup_persistentvolume_delete_failed_total": f"{_LSP} node-cleanup, same name and labels",
     "local_volume_node_cleanup_persistentvolumeclaim_delete_total": f"{_LSP} node-cleanup, same name",
     "local_volume_node_cleanup_persistentvolumeclaim_delete_failed_total": f"{_LSP} node-cleanup, same name",
+    # dynamic volumes (in the node agent, with a dynamicClassMap)
+    "localpv_dynamic_operations_total": "external-provisioner's controller_operation counts; none for deletion "
+                                        "and expansion in local-path-provisioner",
+    "localpv_dynamic_operation_duration_seconds": "external-provisioner's operation duration histogram",
+    "localpv_csi_calls_total": "csi-lib-utils' csi_sidecar_operations_seconds count (kubelet side: "
+                               "csi_operations_seconds)",
+    "localpv_csi_call_duration_seconds": "kubelet's csi_operations_seconds",
+    "localpv_dynamic_pool_capacity_bytes": "none (local-path-provisioner and OpenEBS hostpath report no pools)",
+    "localpv_dynamic_pool_free_bytes": "none",
+    "localpv_dynamic_pool_committed_bytes": "none",
+    "localpv_dynamic_pool_allocated_bytes": "none",
+    "localpv_dynamic_pool_images": "none",
 }
 
 
@@ -118,6 +130,15 @@ def agent_registry() -> CollectorRegistry:
     return agent.metrics.registry
 
 
+def dynamic_registry() -> CollectorRegistry:
+    """What dynamic volumes add to the agent's registry (only when a dynamicClassMap exists)."""
+    from localpv.csi.metrics import DynamicMetrics
+
+    metrics = DynamicMetrics()
+    metrics.watch_pools(dict)
+    return metrics.registry
+
+
 def nfs_registry() -> CollectorRegistry:
     from localpv.nfs.metrics import NfsMetrics
 
@@ -133,6 +154,7 @@ def node_cleanup_registry() -> CollectorRegistry:
 #: (heading, command, registry factory) of every process that serves /metrics.
 PROCESSES: tuple[tuple[str, str, Callable[[], CollectorRegistry]], ...] = (
     ("Node agent", "localpv agent", agent_registry),
+    ("Node agent: dynamic volumes", "localpv agent (with a dynamicClassMap)", dynamic_registry),
     ("NFS provisioner", "localpv nfs", nfs_registry),
     ("Node cleanup", "localpv node-cleanup", node_cleanup_registry),
 )

@@ -92,6 +92,9 @@ RESOURCES: tuple[ResourceType, ...] = (
     _R("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",), returns_deleted=True),
     _R("", "v1", "endpoints", "Endpoints", True, ("ep",), create_on_update=True),
     _R("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, ("sc",), returns_deleted=True),
+    # The chart's dynamic volumes ship a CSIDriver; kubelets report CSINodes.
+    _R("storage.k8s.io", "v1", "csidrivers", "CSIDriver", False, returns_deleted=True),
+    _R("storage.k8s.io", "v1", "csinodes", "CSINode", False, returns_deleted=True),
     _R("batch", "v1", "jobs", "Job", True, status=True, fields=("status.successful",), categories=("all",)),
     _R("coordination.k8s.io", "v1", "leases", "Lease", True, create_on_update=True),
     _R("events.k8s.io", "v1", "events", "Event", True, ("ev",)),

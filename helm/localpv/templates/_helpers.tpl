@@ -186,7 +186,7 @@ imagePullSecrets:
 {{- if .Values.podSecurityPolicy.enabled }}
 {{- fail "podSecurityPolicy.enabled: PodSecurityPolicy was removed in Kubernetes 1.25; set it to false and use Pod Security admission" }}
 {{- end }}
-{{- if and (include "localpv.agentEnabled" .) (not .Values.classes) }}
+{{- if and (include "localpv.agentEnabled" .) (not .Values.classes) (not .Values.dynamic.classes) }}
 {{- fail "classes: the node agent needs at least one class (name and hostDir); set agent.enabled=false to run only the NFS provisioner" }}
 {{- end }}
 {{- end }}

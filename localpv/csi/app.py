@@ -1,0 +1,131 @@
+"""Dynamic volumes in the node agent: the one hook the agent calls (``start_dynamic``).
+
+It is imported only when the ConfigMap has a ``dynamicClassMap``, so an agent with static
+classes only never loads grpcio. It wires: the image journal (``<state dir>/csi-images.json``),
+the pools of the current configuration, the CSI socket (Identity + Node) and the
+registration socket under the kubelet's directory, and the provisioning controller with its
+events and metrics on the agent's registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+
+from prometheus_client import CollectorRegistry
+
+from localpv.config import ProvisionerConfig
+from localpv.csi.controller import DynamicController, DynamicSettings
+from localpv.csi.identity import IdentityService
+from localpv.csi.journal import ImageJournal, ImageJournalError
+from localpv.csi.metrics import DynamicMetrics, PoolFigures
+from localpv.csi.node import NodeService
+from localpv.csi.pools import Pool, PoolState
+from localpv.csi.registration import RegistrationService, SocketPaths
+from localpv.csi.rpc import SocketInUse, UnixServer
+from localpv.kube.api import KubeApi
+from localpv.kube.events import EventRecorder
+from localpv.kube.resources import NODES
+from localpv.naming import HOSTNAME_LABEL_KEY
+
+log = logging.getLogger(__name__)
+
+JOURNAL_FILE = "csi-images.json"
+
+
+class DynamicVolumes:
+    """The CSI servers and the controller of one node; ``problems`` feeds ``/healthz``."""
+
+    def __init__(self, api: KubeApi, *, node_name: str, config: Callable[[], ProvisionerConfig], state_dir: str,
+                 kubelet_dir: str, registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        self._pools: dict[object, Pool] = {}
+        self.journal = ImageJournal(os.path.join(state_dir, JOURNAL_FILE))
+        self.metrics = DynamicMetrics(registry)
+        self.metrics.watch_pools(self.pool_figures)
+        driver = config().csi_driver_name
+        node = api.get(NODES, node_name)
+        hostname = str((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL_KEY) or node_name)
+        self.recorder = EventRecorder(api.with_own_budget(), component=f"{driver}_{node_name}")
+        self.controller = DynamicController(api, DynamicSettings(node_name, hostname), config=config,
+                                            pools=self.pools, journal=self.journal, recorder=self.recorder,
+                                            metrics=self.metrics)
+        self.paths = SocketPaths(kubelet_dir, driver)
+        self.node = NodeService(node_name, self.pools, on_expanded=self.controller.expander.filesystem_grown)
+        self.identity = IdentityService(driver, ready=self.controller.synced.is_set)
+        self.registration = RegistrationService(driver, self.paths.csi)
+        observe = self.metrics.observe_call
+        self.csi_server = UnixServer(self.paths.csi, [self.identity.handler(observe), self.node.handler(observe)])
+        self.registration_server = UnixServer(self.paths.registration, [self.registration.handler(observe)])
+
+    def pools(self) -> Mapping[str, Pool]:
+        """The pools of the configuration in use (a reloaded ConfigMap applies at once)."""
+        wanted = self.config().dynamic_pools
+        result = {}
+        for name, pool_config in wanted.items():
+            pool = self._pools.get(pool_config)
+            if pool is None:
+                pool = self._pools[pool_config] = Pool(pool_config)
+            result[name] = pool
+        return result
+
+    def pool_figures(self) -> dict[str, PoolFigures]:
+        figures = {}
+        records = self.journal.snapshot().values()
+        for name, pool in self.pools().items():
+            mine = [r for r in records if r.pool == name]
+            committed = sum(r.size for r in mine)
+            if pool.state()[0] is not PoolState.READY:
+                figures[name] = PoolFigures(0, 0, committed, 0, len(mine))
+                continue
+            room = pool.room(committed)
+            allocated = 0
+            for record in mine:
+                try:
+                    allocated += pool.images.usage(record.volume).allocated
+                except Exception:  # an image being made or removed: counted next scrape
+                    continue
+            figures[name] = PoolFigures(room.capacity, room.free, committed, allocated, len(mine))
+        return figures
+
+    def start(self) -> None:
+        self.recorder.start()
+        self.controller.start()
+        self.csi_server.start()
+        # Registration last: the kubelet calls NodeGetInfo on the CSI socket as soon as it sees it.
+        self.registration_server.start()
+        log.info("dynamic volumes: driver %s, CSI socket %s, registration socket %s", self.paths.driver,
+                 self.paths.csi, self.paths.registration)
+
+    def stop(self) -> None:
+        self.registration_server.stop()
+        self.csi_server.stop()
+        self.controller.stop()
+        self.recorder.flush(2)
+        self.recorder.stop()
+
+    def problems(self) -> list[str]:
+        found = self.controller.problems()
+        found += [f"{s.path} is not served" for s in (self.csi_server, self.registration_server) if not s.serving]
+        refused = self.registration.problem()
+        return found + ([refused] if refused else [])
+
+
+class DynamicStartError(Exception):
+    """Dynamic volumes cannot be served on this node (the message says why and what to do)."""
+
+
+def start_dynamic(api: KubeApi, *, node_name: str, config: Callable[[], ProvisionerConfig], state_dir: str,
+                  kubelet_dir: str, registry: CollectorRegistry) -> DynamicVolumes:
+    """The agent's hook: build and start everything dynamic volumes need on this node."""
+    try:
+        dynamic = DynamicVolumes(api, node_name=node_name, config=config, state_dir=state_dir,
+                                 kubelet_dir=kubelet_dir, registry=registry)
+        dynamic.start()
+    except (ImageJournalError, SocketInUse) as err:
+        raise DynamicStartError(str(err)) from err
+    except OSError as err:
+        raise DynamicStartError(f"dynamic volumes cannot start: {err} (is {kubelet_dir} the kubelet's root "
+                                "directory, mounted into the agent?)") from err
+    return dynamic

@@ -1,0 +1,233 @@
+"""The ConfigMap keys of dynamic volumes: ``dynamicPools``, ``dynamicClassMap``, ``csiDriverName``.
+
+They live in the same ConfigMap as the static classes (``storageClassMap``) and are read by
+the same strict reader (:mod:`localpv.config` calls the parsers here): every problem is one
+line naming the key, what was expected and what was found, unknown keys are warnings with a
+"did you mean". A pool's directories are validated as a discovery directory's are.
+
+``dynamicClassMap`` names the StorageClasses whose claims the agent provisions, with the
+parameters the chart also writes into each StorageClass (``pool``, ``fsType``,
+``provisioning``, ``mkfsOptions``). The ConfigMap is what the agent uses; a parameter that
+the StorageClass object spells differently makes provisioning fail with an event naming
+both, so the two never silently disagree (see :mod:`localpv.csi.params`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from localpv import config as base
+from localpv.naming import DNS1123_LABEL_RE, DNS1123_SUBDOMAIN_RE, parse_quantity
+
+DEFAULT_DRIVER_NAME = "local.csi.localpv.dev"
+FS_TYPES = ("ext4", "xfs")
+PROVISIONING = ("thin", "thick")
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """One ``dynamicPools`` entry: a directory on every node where images are made."""
+
+    name: str
+    host_dir: str
+    mount_dir: str
+    require_mount: bool = True
+    overcommit: float = 1.0
+    reserved: int = 0
+
+
+@dataclass(frozen=True)
+class DynamicClass:
+    """One ``dynamicClassMap`` entry: how volumes of a StorageClass are made."""
+
+    name: str
+    pool: str
+    fs_type: str = "ext4"
+    provisioning: str = "thin"
+    mkfs_options: str = ""
+
+
+def _parse_overcommit(value: Any, path: str, problems: base._Problems) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        problems.error(path, f"expected a number of at least 1 (thin images may promise that many times the "
+                             f"pool's size), got {base._describe(value)}")
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not number >= 1.0 or number == float("inf"):
+        problems.error(path, f"expected a number of at least 1 (thin images may promise that many times the "
+                             f"pool's size), got {base._describe(value)}")
+        return None
+    return number
+
+
+def _parse_bytes(value: Any, path: str, problems: base._Problems) -> int | None:
+    text = base._as_str(value, path, problems)
+    if text is None:
+        return None
+    try:
+        number = parse_quantity(text)
+    except ValueError:
+        number = -1
+    if number < 0:
+        problems.error(path, f'expected a quantity of bytes such as "1Gi" or "500M", got {base._describe(value)}')
+        return None
+    return number
+
+
+def _choice(choices: tuple[str, ...]) -> base._Parser:
+    def parse(value: Any, path: str, problems: base._Problems) -> str | None:
+        if value in choices:
+            return str(value)
+        problems.error(path, f"expected one of {', '.join(choices)}, got {base._describe(value)}")
+        return None
+    return parse
+
+
+def _parse_mkfs_options(value: Any, path: str, problems: base._Problems) -> str | None:
+    import shlex
+
+    text = base._as_str(value, path, problems, allow_empty=True)
+    if text is None:
+        return None
+    try:
+        words = shlex.split(text)
+    except ValueError as err:
+        problems.error(path, f"expected mkfs options with their quotes closed, got {base._describe(value)} ({err})")
+        return None
+    if any(not w.startswith("-") and not prev.startswith("-") for prev, w in zip(["", *words], words, strict=False)):
+        problems.error(path, f"expected options only (the image is the device), got {base._describe(value)}")
+        return None
+    return text
+
+
+POOL_KEYS: dict[str, base.KeySpec] = {
+    "hostDir": base.KeySpec("host_dir", base._parse_abs_path,
+                            "The pool's directory on every node. Required. Validated as a class's hostDir.",
+                            upstream=False),
+    "mountDir": base.KeySpec("mount_dir", base._parse_abs_path,
+                             "Where hostDir is mounted in the agent container. Default: hostDir.", upstream=False),
+    "requireMount": base.KeySpec("require_mount", base._as_bool,
+                                 "Refuse to make or stage images unless a filesystem is mounted at hostDir "
+                                 "(its disk). Default true.", upstream=False),
+    "overcommit": base.KeySpec("overcommit", _parse_overcommit,
+                               "Thin images may promise this many times the pool's size. Default 1.",
+                               upstream=False),
+    "reserved": base.KeySpec("reserved", _parse_bytes,
+                             "Bytes of the pool never promised nor allocated. Default 0.", upstream=False),
+}
+
+CLASS_KEYS: dict[str, base.KeySpec] = {
+    "pool": base.KeySpec("pool", base._as_str, "The dynamicPools entry images are made in. Required.",
+                         upstream=False),
+    "fsType": base.KeySpec("fs_type", _choice(FS_TYPES), "`ext4` (default) or `xfs`.", upstream=False),
+    "provisioning": base.KeySpec("provisioning", _choice(PROVISIONING),
+                                 "`thin` (sparse image, default) or `thick` (allocated up front).", upstream=False),
+    "mkfsOptions": base.KeySpec("mkfs_options", _parse_mkfs_options, "Extra options for mkfs.", upstream=False),
+}
+
+
+def _name_problem(name: Any, rule: str) -> str | None:
+    pattern = DNS1123_LABEL_RE if rule == "label" else DNS1123_SUBDOMAIN_RE
+    limit = 63 if rule == "label" else 253
+    if not isinstance(name, str) or not name or len(name) > limit or not pattern.fullmatch(name):
+        return (f'expected a DNS-1123 {rule} (lowercase letters, digits, "-"{"" if rule == "label" else " and ."}, '
+                f"at most {limit} characters), got {base._describe(name)}")
+    return None
+
+
+def _entries(value: Any, path: str, problems: base._Problems, what: str, rule: str) -> dict[str, dict[str, Any]]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.error(path, f"expected a mapping of {what} name to settings, got {base._describe(value)}")
+        return {}
+    found = {}
+    for name, entry in value.items():
+        where = f"{path}.{name}"
+        if problem := _name_problem(name, rule):
+            problems.error(where, problem)
+        elif not isinstance(entry, dict):
+            problems.error(where, f"expected a mapping of settings, got {base._describe(entry)}")
+        else:
+            found[str(name)] = entry
+    return found
+
+
+def parse_pools(value: Any, path: str, problems: base._Problems) -> dict[str, PoolConfig] | None:
+    before = len(problems.errors)
+    pools = {}
+    for name, entry in _entries(value, path, problems, "pool", "label").items():
+        where = f"{path}.{name}"
+        base._check_keys(entry, POOL_KEYS, where, problems)
+        if "hostDir" not in entry:
+            problems.error(f"{where}.hostDir", "required, got nothing")
+            continue
+        values = {spec.field: spec.parse(entry[key], f"{where}.{key}", problems)
+                  for key, spec in POOL_KEYS.items() if key in entry}
+        if any(v is None for v in values.values()):
+            continue
+        values.setdefault("mount_dir", values["host_dir"])
+        pools[name] = PoolConfig(name=name, **values)
+    return pools if len(problems.errors) == before else None
+
+
+def parse_classes(value: Any, path: str, problems: base._Problems) -> dict[str, DynamicClass] | None:
+    before = len(problems.errors)
+    classes = {}
+    for name, entry in _entries(value, path, problems, "StorageClass", "subdomain").items():
+        where = f"{path}.{name}"
+        base._check_keys(entry, CLASS_KEYS, where, problems)
+        if "pool" not in entry:
+            problems.error(f"{where}.pool", "required, got nothing")
+            continue
+        values = {spec.field: spec.parse(entry[key], f"{where}.{key}", problems)
+                  for key, spec in CLASS_KEYS.items() if key in entry}
+        if any(v is None for v in values.values()):
+            continue
+        classes[name] = DynamicClass(name=name, **values)
+    return classes if len(problems.errors) == before else None
+
+
+def parse_driver_name(value: Any, path: str, problems: base._Problems) -> str | None:
+    """A CSI driver name: a DNS-1123 subdomain of at most 63 characters (what CSIDriver accepts)."""
+    if isinstance(value, str) and 0 < len(value) <= 63 and DNS1123_SUBDOMAIN_RE.fullmatch(value):
+        return value
+    problems.error(path, "expected a CSI driver name (a DNS-1123 subdomain of at most 63 characters, such as "
+                         f'"{DEFAULT_DRIVER_NAME}"), got {base._describe(value)}')
+    return None
+
+
+def check(values: Mapping[str, Any], problems: base._Problems) -> None:
+    """Rules across keys: a class names a pool that exists; a pool is no static class's directory."""
+    pools: Mapping[str, PoolConfig] = values.get("dynamic_pools") or {}
+    for name, cls in (values.get("dynamic_classes") or {}).items():
+        if cls.pool not in pools:
+            known = ", ".join(sorted(pools)) or "none"
+            problems.error(f"dynamicClassMap.{name}.pool", f"expected a pool of dynamicPools ({known}), got "
+                                                           f'"{cls.pool}"')
+        if name in (values.get("classes") or {}):
+            problems.error(f"dynamicClassMap.{name}", "expected a StorageClass that storageClassMap does not also "
+                                                      "name (a class is static or dynamic), got both")
+    static_dirs = {c.host_dir: n for n, c in (values.get("classes") or {}).items()}
+    for name, pool in pools.items():
+        for other_dir, cls in static_dirs.items():
+            if pool.host_dir == other_dir or pool.host_dir.startswith(other_dir + "/") \
+                    or other_dir.startswith(pool.host_dir + "/"):
+                problems.error(f"dynamicPools.{name}.hostDir",
+                               f"expected a directory apart from every static class's hostDir, got {pool.host_dir}, "
+                               f"which overlaps class {cls}'s {other_dir} (its images would be offered as volumes)")
+
+
+def pools_to_data(pools: Mapping[str, PoolConfig]) -> dict[str, Any]:
+    return {name: {"hostDir": p.host_dir, "mountDir": p.mount_dir, "requireMount": p.require_mount,
+                   "overcommit": p.overcommit, "reserved": p.reserved} for name, p in pools.items()}
+
+
+def classes_to_data(classes: Mapping[str, DynamicClass]) -> dict[str, Any]:
+    return {name: {"pool": c.pool, "fsType": c.fs_type, "provisioning": c.provisioning,
+                   "mkfsOptions": c.mkfs_options} for name, c in classes.items()}

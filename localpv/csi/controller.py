@@ -1,0 +1,402 @@
+"""Claims to images and PVs on this node: external-provisioner's contract, in the agent.
+
+Every agent watches claims; the one on the node the scheduler chose
+(``volume.kubernetes.io/selected-node``) provisions: it checks the pool has room, records
+the image in the journal, makes and formats it, and creates the PV (``pvc-<claim uid>``,
+pre-bound). Observable as external-provisioner's: events ``Provisioning``,
+``ProvisioningSucceeded`` and ``ProvisioningFailed`` on the claim; when the pool lacks room
+(or is not there), the selected-node annotation is removed so the scheduler tries another
+node, with an event saying why.
+
+Exactly once, across crashes: the journal records an image *before* it is made; the PV
+name is the claim's uid, so a repeated create is ``AlreadyExists``. At start (and every
+resync) the journal is compared with the cluster: an image whose claim is gone and that no
+PV ever named is removed; one whose claim still waits is finished; one whose PV vanished
+unseen is kept as ``orphaned`` (never removed, never given to another claim).
+
+Released PVs with policy Delete lose their image only once no loop device is bound to it
+(unpublished and unstaged); then the PV object goes. Retain keeps both.
+
+Work goes through keyed queues with per-item backoff (:mod:`localpv.kube.workqueue`);
+expansion is in :mod:`localpv.csi.expansion`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from localpv.clock import Clock, SystemClock
+from localpv.config import ProvisionerConfig
+from localpv.csi import provisioner as rules
+from localpv.csi.expansion import Expander
+from localpv.csi.images import FsType, ImageError
+from localpv.csi.journal import ImageJournal, ImageRecord, ImageState
+from localpv.csi.metrics import DynamicMetrics
+from localpv.csi.pools import Pool, PoolState
+from localpv.csi.volume import POOL
+from localpv.kube.api import KubeApi, Obj
+from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
+from localpv.kube.events import NORMAL, WARNING, EventRecorder
+from localpv.kube.informer import Informer, object_key
+from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES
+from localpv.kube.workqueue import ItemBackoff, WorkQueue
+from localpv.naming import NODE_LABEL_KEY, node_label_value
+from localpv.supervise import Supervisor
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DynamicSettings:
+    node_name: str
+    hostname: str
+    workers: int = 4
+    resync_period: float = 300.0
+    backoff: ItemBackoff = field(default_factory=lambda: ItemBackoff(initial=1.0, maximum=300.0))
+
+
+class DynamicController:
+    """Provisions, deletes and expands this node's dynamic volumes."""
+
+    def __init__(self, api: KubeApi, settings: DynamicSettings, *, config: Callable[[], ProvisionerConfig],
+                 pools: Callable[[], Mapping[str, Pool]], journal: ImageJournal, recorder: EventRecorder,
+                 metrics: DynamicMetrics, clock: Clock | None = None) -> None:
+        self.api = api
+        self.settings = settings
+        self.config = config
+        self.pools = pools
+        self.journal = journal
+        self.recorder = recorder
+        self.metrics = metrics
+        self.clock = clock or SystemClock()
+        self.claims = Informer(api, PERSISTENT_VOLUME_CLAIMS, clock=self.clock, name="csi-claims",
+                               on_change=self._on_claim)
+        self.pvs = Informer(api, PERSISTENT_VOLUMES, clock=self.clock, name="csi-pvs", on_change=self._on_volume,
+                            label_selector=f"{NODE_LABEL_KEY}={node_label_value(settings.node_name)}")
+        self.classes = Informer(api, STORAGE_CLASSES, clock=self.clock, name="csi-classes")
+        self.claim_queue = WorkQueue("csi-claims", backoff=settings.backoff, clock=self.clock)
+        self.volume_queue = WorkQueue("csi-volumes", backoff=settings.backoff, clock=self.clock)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._created: set[str] = set()
+        self.synced = threading.Event()
+        self.supervisor = Supervisor(clock=self.clock, stopping=self._stop)
+        self.expander = Expander(self)
+
+    @property
+    def driver(self) -> str:
+        return self.config().csi_driver_name
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        for informer in (self.classes, self.pvs, self.claims):
+            informer.start()
+        self.supervisor.spawn("csi-controller", self._run)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.claim_queue.shutdown()
+        self.volume_queue.shutdown()
+        for informer in (self.claims, self.pvs, self.classes):
+            informer.stop()
+        self.supervisor.stop()
+
+    def problems(self) -> list[str]:
+        found = self.supervisor.problems()
+        return found + [f"{i.name} is not running" for i in (self.claims, self.pvs, self.classes) if not i.alive()]
+
+    def idle(self) -> bool:
+        return self.claim_queue.idle() and self.volume_queue.idle()
+
+    def _run(self) -> None:
+        while not all(i.wait_synced(1.0) for i in (self.classes, self.pvs, self.claims)):
+            if self._stop.is_set():
+                return
+        self.recover()
+        self.synced.set()
+        for i in range(self.settings.workers):
+            self.supervisor.spawn(f"csi-claim-worker-{i}", lambda: self._work(self.claim_queue, self.sync_claim))
+            self.supervisor.spawn(f"csi-volume-worker-{i}", lambda: self._work(self.volume_queue, self.sync_volume))
+        while not self.clock.wait(self._stop, self.settings.resync_period):
+            self.recover()
+
+    def _work(self, queue: WorkQueue, sync: Callable[[str], bool]) -> None:
+        while (key := queue.get()) is not None:
+            try:
+                retry = sync(key)
+            except Exception:  # a bug costs one item a retry, not the worker
+                log.exception("%s: syncing %s failed", queue.name, key)
+                retry = True
+            finally:
+                queue.done(key)
+            if retry:
+                queue.add_rate_limited(key)
+            else:
+                queue.forget(key)
+
+    def _on_claim(self, _kind: str, _old: Obj | None, new: Obj | None) -> None:
+        if new is not None:
+            self.claim_queue.add(object_key(new))
+
+    def _on_volume(self, _kind: str, _old: Obj | None, new: Obj | None) -> None:
+        if new is None:
+            return
+        with self._lock:
+            self._created.discard(str(new["metadata"]["name"]))
+        self.volume_queue.add(object_key(new))
+        ref = (new.get("spec") or {}).get("claimRef") or {}
+        if ref.get("name"):
+            self.claim_queue.add(f"{ref.get('namespace')}/{ref.get('name')}")
+
+    # ------------------------------------------------------------------ claims
+
+    def claim_by_uid(self, uid: str) -> Obj | None:
+        return next((c for c in self.claims.list() if c["metadata"].get("uid") == uid), None)
+
+    def sync_claim(self, key: str) -> bool:
+        """Provision (or expand) the claim if it is this node's to do; True means retry later."""
+        namespace, _, name = key.partition("/")
+        claim = self.claims.get(name, namespace)
+        if claim is None or claim["metadata"].get("deletionTimestamp"):
+            return False
+        bound_to = (claim.get("spec") or {}).get("volumeName")
+        if bound_to:
+            pv = self.pvs.get(str(bound_to))
+            return self.expander.sync(claim, pv) if pv is not None and rules.is_ours(pv, self.driver) else False
+        if not rules.names_driver(claim, self.driver):
+            return False
+        if rules.annotations_of(claim).get(rules.ANN_SELECTED_NODE) != self.settings.node_name:
+            return False
+        class_name = rules.claim_class_name(claim)
+        storage_class = self.classes.get(class_name)
+        if storage_class is None:
+            return True  # not in the cache yet
+        if storage_class.get("provisioner") != self.driver:
+            return False
+        volume = rules.volume_name(claim)
+        with self._lock:
+            if volume in self._created or self.pvs.get(volume) is not None:
+                return False
+        return self._provision(claim, class_name, storage_class, volume)
+
+    def _provision(self, claim: Obj, class_name: str, storage_class: Obj, volume: str) -> bool:
+        started = self.clock.monotonic()
+        settings = self.config().dynamic_classes.get(class_name)
+        try:
+            if settings is None:
+                raise rules.Refused(f"StorageClass {class_name} names driver {self.driver}, but the agent's ConfigMap "
+                                    "has no dynamicClassMap entry for it")
+            rules.check_parameters(storage_class, settings)
+            rules.check_claim(claim)
+            size = rules.image_size(rules.requested_bytes(claim), FsType(settings.fs_type))
+        except rules.Refused as err:
+            self._failed(claim, class_name, str(err))
+            return False
+        request = rules.Request(volume, str(claim["metadata"]["uid"]), rules.claim_key(claim), class_name, settings,
+                                size)
+        pool = self.pools().get(settings.pool)
+        record = self.journal.get(volume)
+        if record is None:  # a record already holds its room
+            why = self._no_room(pool, settings.pool, request)
+            if why is not None:
+                return self._reschedule(claim, class_name, why)
+        self.recorder.event(claim, NORMAL, "Provisioning",
+                            f'External provisioner is provisioning volume for claim "{rules.claim_key(claim)}"')
+        assert pool is not None
+        try:
+            fs_uuid = self._make_image(pool, request, record)
+        except ImageError as err:
+            self._failed(claim, class_name, f"failed to provision volume with StorageClass {class_name!r}: {err}")
+            return True
+        return self._save(claim, storage_class, request, fs_uuid, started)
+
+    def _no_room(self, pool: Pool | None, name: str, request: rules.Request) -> str | None:
+        if pool is None:
+            return f"pool {name} is not configured on node {self.settings.node_name}"
+        state, why = pool.state()
+        if state is not PoolState.READY:
+            return why
+        try:
+            room = pool.room(self.journal.committed(name))
+        except OSError as err:
+            return f"pool {name} cannot be read: {err.strerror}"
+        return pool.refusal(room, request.size, request.provisioning)
+
+    def _make_image(self, pool: Pool, request: rules.Request, record: ImageRecord | None) -> str:
+        """The image, made once: a ready record whose image is there is reused (an earlier
+        attempt made it, then the PV create failed or its answer was lost)."""
+        now = self.clock.now()
+        if record is not None and record.state is ImageState.READY and record.fs_uuid \
+                and pool.images.exists(request.volume) and pool.images.fs_uuid(request.volume) == record.fs_uuid:
+            return record.fs_uuid
+        self.journal.put(ImageRecord(volume=request.volume, pool=pool.name, size=request.size,
+                                     fs_type=request.settings.fs_type, provisioning=request.settings.provisioning,
+                                     claim_uid=request.claim_uid, claim=request.claim, state=ImageState.CREATING,
+                                     since=now, storage_class=request.storage_class))
+        fs_uuid = pool.images.create(request.volume, request.size, fs=request.fs, provisioning=request.provisioning,
+                                     mkfs_options=request.settings.mkfs_options)
+        created = self.journal.get(request.volume)
+        assert created is not None
+        self.journal.put(created.moved(ImageState.READY, self.clock.now(), fs_uuid=fs_uuid))
+        return fs_uuid
+
+    def _save(self, claim: Obj, storage_class: Obj, request: rules.Request, fs_uuid: str, started: float) -> bool:
+        pv = rules.build_volume(request, claim, storage_class, driver=self.driver, node_name=self.settings.node_name,
+                                hostname=self.settings.hostname, fs_uuid=fs_uuid)
+        with self._lock:
+            self._created.add(request.volume)
+        try:
+            made = self.api.create(PERSISTENT_VOLUMES, pv)
+        except AlreadyExists:
+            made = {}
+        except ApiError as err:
+            with self._lock:
+                self._created.discard(request.volume)
+            self._failed(claim, request.storage_class, f"failed to save PersistentVolume {request.volume!r} (the "
+                                                       f"image is kept and will be used): {err}")
+            return True
+        record = self.journal.get(request.volume)
+        uid = str((made.get("metadata") or {}).get("uid") or "")
+        if record is not None and uid:
+            self.journal.put(record.moved(record.state, record.since, pv_uid=uid))
+        self.recorder.event(claim, NORMAL, "ProvisioningSucceeded", f"Successfully provisioned volume {request.volume}")
+        self.metrics.operations.labels("provision", "ok").inc()
+        self.metrics.duration.labels("provision").observe(self.clock.monotonic() - started)
+        return False
+
+    def _failed(self, claim: Obj, class_name: str, message: str) -> None:
+        self.metrics.operations.labels("provision", "failed").inc()
+        self.recorder.event(claim, WARNING, "ProvisioningFailed", message)
+
+    def _reschedule(self, claim: Obj, class_name: str, why: str) -> bool:
+        """external-provisioner's answer to "no room here": drop the selected node, so the
+        scheduler picks again (maybe another node)."""
+        node = self.settings.node_name
+
+        def unselect(current: Obj) -> Obj | None:
+            ann = rules.annotations_of(current)
+            if ann.get(rules.ANN_SELECTED_NODE) != node or current["metadata"].get("uid") != claim["metadata"]["uid"]:
+                return None
+            del current["metadata"]["annotations"][rules.ANN_SELECTED_NODE]
+            return current
+
+        try:
+            self.api.update(PERSISTENT_VOLUME_CLAIMS, claim["metadata"]["name"], unselect,
+                            claim["metadata"]["namespace"])
+        except NotFound:
+            return False
+        except ApiError as err:
+            log.warning("claim %s: cannot remove %s: %s", rules.claim_key(claim), rules.ANN_SELECTED_NODE, err)
+            return True
+        self.metrics.operations.labels("reschedule", "ok").inc()
+        self._failed(claim, class_name, f"failed to provision volume with StorageClass {class_name!r} on node {node}: "
+                                        f"{why}; rescheduling (annotation {rules.ANN_SELECTED_NODE} removed)")
+        return False
+
+    # ------------------------------------------------------------------ release
+
+    def sync_volume(self, name: str) -> bool:
+        pv = self.pvs.get(name)
+        if pv is None or not rules.is_ours(pv, self.driver) or pv["metadata"].get("deletionTimestamp"):
+            return False
+        spec = pv.get("spec") or {}
+        if (pv.get("status") or {}).get("phase") != "Released" or spec.get("persistentVolumeReclaimPolicy") != "Delete":
+            return False
+        try:
+            pv = self.api.get(PERSISTENT_VOLUMES, name)  # a stale cache must not decide to delete data
+        except NotFound:
+            return False
+        if (pv.get("status") or {}).get("phase") != "Released":
+            return False
+        return self._delete(pv)
+
+    def _delete(self, pv: Obj) -> bool:
+        name = str(pv["metadata"]["name"])
+        started = self.clock.monotonic()
+        record = self.journal.get(name)
+        if record is not None and record.state is not ImageState.DELETING:
+            self.journal.put(record.moved(ImageState.DELETING, self.clock.now()))
+        pool_name = str((((pv.get("spec") or {}).get("csi") or {}).get("volumeAttributes") or {}).get(POOL) or "")
+        if not self._remove_image(pool_name, name, pv):
+            return True
+        try:
+            self.api.delete(PERSISTENT_VOLUMES, name, uid=pv["metadata"].get("uid"))
+        except (NotFound, Conflict):
+            pass
+        except ApiError as err:
+            self._delete_failed(pv, f"the image is removed; the PersistentVolume object could not be deleted: {err}")
+            return True
+        self.journal.drop(name)
+        self.metrics.operations.labels("delete", "ok").inc()
+        self.metrics.duration.labels("delete").observe(self.clock.monotonic() - started)
+        return False
+
+    def _remove_image(self, pool_name: str, name: str, obj: Obj | None) -> bool:
+        """Remove an image if it may go now; False (with an event on ``obj``) if not yet."""
+        pool = self.pools().get(pool_name)
+        if pool is None:
+            self._delete_failed(obj, f"pool {pool_name!r} is not configured on node {self.settings.node_name}; "
+                                     "the image is kept")
+            return False
+        state, why = pool.state()
+        if state is not PoolState.READY:
+            self._delete_failed(obj, f"{why}; the image is removed once the pool is back")
+            return False
+        try:
+            pool.images.remove(name)
+        except ImageError as err:
+            self._delete_failed(obj, f"{err}; retried once it is unstaged")
+            return False
+        log.info("image of volume %s removed from pool %s", name, pool_name)
+        return True
+
+    def _delete_failed(self, obj: Obj | None, message: str) -> None:
+        self.metrics.operations.labels("delete", "failed").inc()
+        if obj is not None:
+            self.recorder.event(obj, WARNING, "VolumeFailedDelete", message)
+        else:
+            log.warning("%s", message)
+
+    # ------------------------------------------------------------------ the journal against the cluster
+
+    def recover(self) -> None:
+        """Finish or undo what a crash interrupted; called once the caches are synced."""
+        for name, record in self.journal.snapshot().items():
+            try:
+                self._recover(name, record)
+            except ApiError as err:
+                log.warning("image %s: cannot check against the cluster now: %s", name, err)
+
+    def _recover(self, name: str, record: ImageRecord) -> None:
+        if record.state is ImageState.ORPHANED:
+            return
+        try:
+            pv: Obj | None = self.api.get(PERSISTENT_VOLUMES, name)
+        except NotFound:
+            pv = None
+        if pv is not None:
+            if record.state is ImageState.DELETING:
+                self.volume_queue.add(name)
+            elif not record.pv_uid and record.state is ImageState.READY:
+                self.journal.put(record.moved(record.state, record.since, pv_uid=str(pv["metadata"].get("uid") or "")))
+            return
+        if record.pv_uid and record.state is not ImageState.DELETING:
+            # A PV was made and is gone, and no release was seen: whatever is in the image is kept.
+            log.warning("image %s (claim %s): its PV was deleted without a release; kept as orphaned", name,
+                        record.claim)
+            self.journal.put(record.moved(ImageState.ORPHANED, self.clock.now()))
+            return
+        claim = self.claim_by_uid(record.claim_uid)
+        waiting = claim is not None and not (claim.get("spec") or {}).get("volumeName") \
+            and not claim["metadata"].get("deletionTimestamp") and record.state is not ImageState.DELETING
+        if waiting:
+            assert claim is not None
+            self.claim_queue.add(rules.claim_key(claim))  # it finishes what was begun
+            return
+        # Never handed to anyone (no PV, claim gone or done), or released: nothing in it is kept.
+        if self._remove_image(record.pool, name, None):
+            self.journal.drop(name)

@@ -1,0 +1,151 @@
+"""Growing a dynamic volume: external-resizer's contract, in the agent of the volume's node.
+
+A bound claim of a class with ``allowVolumeExpansion: true`` asks for more: the agent of the
+volume's node checks the pool has room for the difference, grows the image (and the loop
+device, if staged), sets the PV's capacity, and marks the claim ``FileSystemResizePending``
+(events ``Resizing``, then ``FileSystemResizeRequired``). The kubelet then calls
+NodeExpandVolume, which grows the filesystem online; the node service tells this module,
+which sets the claim's ``status.capacity`` and drops the condition
+(``FileSystemResizeSuccessful``). The kubelet of 1.20 does the same last step itself; doing
+it here too makes the claim end with its new capacity whoever gets there first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from localpv.csi import loop
+from localpv.csi import provisioner as rules
+from localpv.csi.images import FsType, ImageError, Provisioning
+from localpv.csi.journal import ImageState
+from localpv.csi.pools import PoolState
+from localpv.csi.volume import POOL
+from localpv.kube.api import Obj
+from localpv.kube.errors import ApiError, NotFound
+from localpv.kube.events import NORMAL, WARNING
+from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from localpv.naming import format_binary_quantity
+
+if TYPE_CHECKING:
+    from localpv.csi.controller import DynamicController
+
+log = logging.getLogger(__name__)
+
+RESIZE_PENDING = "FileSystemResizePending"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Expander:
+    def __init__(self, controller: DynamicController) -> None:
+        self.c = controller
+        #: Volumes whose filesystem the node service grew: volume name -> bytes.
+        self._grown: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def filesystem_grown(self, volume: str, size: int) -> None:
+        """The node service's hook (a gRPC thread): note it and let a worker finish the claim."""
+        with self._lock:
+            self._grown[volume] = size
+        pv = self.c.pvs.get(volume)
+        ref = ((pv or {}).get("spec") or {}).get("claimRef") or {}
+        if ref.get("name"):
+            self.c.claim_queue.add(f"{ref.get('namespace')}/{ref.get('name')}")
+
+    def sync(self, claim: Obj, pv: Obj) -> bool:
+        """Grow what the claim asks for, or finish a grown one; True means retry later."""
+        try:
+            wanted = rules.requested_bytes(claim)
+        except rules.Refused:
+            return False
+        have = rules.capacity_of(pv)
+        if wanted > have:
+            return self._grow(claim, pv, wanted, have)
+        with self._lock:
+            grown = self._grown.pop(str(pv["metadata"]["name"]), None)
+        if grown is not None and grown >= have:
+            return self._finish(claim, pv)
+        return False
+
+    def _grow(self, claim: Obj, pv: Obj, wanted: int, have: int) -> bool:
+        c = self.c
+        name = str(pv["metadata"]["name"])
+        started = c.clock.monotonic()
+        storage_class = c.classes.get(str((pv.get("spec") or {}).get("storageClassName") or ""))
+        if storage_class is None or not storage_class.get("allowVolumeExpansion"):
+            return self._failed(claim, f"StorageClass of volume {name} does not allow expansion", retry=False)
+        record = c.journal.get(name)
+        pool = c.pools().get(str((((pv.get("spec") or {}).get("csi") or {}).get("volumeAttributes") or {}).get(POOL)))
+        if record is None or pool is None or record.state is not ImageState.READY:
+            return self._failed(claim, f"volume {name} has no ready image recorded on node {c.settings.node_name}",
+                                retry=False)
+        provisioning = Provisioning(record.provisioning)
+        size = rules.image_size(wanted, FsType(record.fs_type))
+        state, why = pool.state()
+        if state is not PoolState.READY:
+            return self._failed(claim, why, retry=True)
+        if provisioning is Provisioning.THIN:  # the record's own promise is replaced by the larger one
+            refusal = pool.refusal(pool.room(c.journal.committed(pool.name) - record.size), size, provisioning)
+        else:  # only the difference must be free
+            refusal = pool.refusal(pool.room(c.journal.committed(pool.name)), size - record.size, provisioning)
+        if refusal is not None:
+            return self._failed(claim, f"cannot grow volume {name} to {size} bytes: {refusal}", retry=True)
+        c.recorder.event(claim, NORMAL, "Resizing", f"External resizer is resizing volume {name}")
+        c.journal.put(record.moved(record.state, record.since, size=size))
+        try:
+            pool.images.grow(name, size, provisioning=provisioning)
+            for device in pool.images.in_use(name):
+                loop.refresh_capacity(device)
+        except (ImageError, loop.LoopError) as err:
+            return self._failed(claim, str(err), retry=True)
+        try:
+            c.api.patch(PERSISTENT_VOLUMES, name, {"spec": {"capacity": {"storage": format_binary_quantity(size)}}})
+            self._set_pending(claim)
+        except NotFound:
+            return False
+        except ApiError as err:
+            return self._failed(claim, f"image grown; the PV's capacity could not be set: {err}", retry=True)
+        c.recorder.event(claim, NORMAL, "FileSystemResizeRequired", "Require file system resize of volume on node")
+        c.metrics.operations.labels("expand", "ok").inc()
+        c.metrics.duration.labels("expand").observe(c.clock.monotonic() - started)
+        log.info("volume %s grown from %d to %d bytes; its filesystem grows at NodeExpandVolume", name, have, size)
+        return False
+
+    def _set_pending(self, claim: Obj) -> None:
+        meta = claim["metadata"]
+        status = dict(claim.get("status") or {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != RESIZE_PENDING]
+        conditions.append({"type": RESIZE_PENDING, "status": "True", "lastTransitionTime": _now(),
+                           "message": "Waiting for user to (re-)start a pod to finish file system resize of volume "
+                                      "on node."})
+        self.c.api.patch(PERSISTENT_VOLUME_CLAIMS, meta["name"], {"status": {"conditions": conditions}},
+                         meta["namespace"], subresource="status")
+
+    def _finish(self, claim: Obj, pv: Obj) -> bool:
+        meta = claim["metadata"]
+        capacity = ((pv.get("spec") or {}).get("capacity") or {}).get("storage")
+        conditions = [c for c in (claim.get("status") or {}).get("conditions") or [] if c.get("type") != RESIZE_PENDING]
+        try:
+            self.c.api.patch(PERSISTENT_VOLUME_CLAIMS, meta["name"],
+                             {"status": {"capacity": {"storage": capacity}, "conditions": conditions or None}},
+                             meta["namespace"], subresource="status")
+        except NotFound:
+            return False
+        except ApiError as err:
+            log.warning("claim %s: status capacity not set: %s", rules.claim_key(claim), err)
+            with self._lock:
+                self._grown.setdefault(str(pv["metadata"]["name"]), rules.capacity_of(pv))
+            return True
+        self.c.recorder.event(claim, NORMAL, "FileSystemResizeSuccessful",
+                              f"MountVolume.NodeExpandVolume succeeded for volume {pv['metadata']['name']}")
+        return False
+
+    def _failed(self, claim: Obj, message: str, *, retry: bool) -> bool:
+        self.c.metrics.operations.labels("expand", "failed").inc()
+        self.c.recorder.event(claim, WARNING, "VolumeResizeFailed", message)
+        return retry

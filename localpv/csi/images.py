@@ -1,0 +1,276 @@
+"""Disk images in a pool: ``<pool>/<volume>/disk.img``, one filesystem each.
+
+The size a claim asks for is enforced by the image: its filesystem cannot grow past the
+file, whatever the kernel's quota support (this machine has none). *Thin* images are sparse
+files (blocks are taken as the tenant writes); *thick* ones are allocated up front with
+``fallocate`` (unwritten extents: instant, and the pool's room is really taken).
+
+**Paths cannot escape the pool.** A volume name is one path component of a restricted
+alphabet (:func:`check_name`); the volume directory and the image are opened relative to
+the pool's directory, refusing symlinks at each step (``O_NOFOLLOW``), and must be a
+directory and a regular file. What the loop device binds and what ``mkfs`` formats is that
+checked open file (``/proc/self/fd/N``), not a path looked up again.
+
+**The filesystem is the image's identity.** ``mkfs`` is given a UUID chosen here; it is
+recorded in the PV (``fsUUID``) and checked before every stage: a file replaced behind
+the agent's back is refused, never mounted as the tenant's volume. The UUID is read from the
+superblock directly (ext4 at 1024 + 0x68, XFS at 32), without blkid.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from enum import Enum
+
+from localpv.csi import loop
+
+log = logging.getLogger(__name__)
+
+IMAGE_FILE = "disk.img"
+#: Volume names: a DNS-1123 label-like component (PV names are ``pvc-<uid>``).
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+class FsType(Enum):
+    EXT4 = "ext4"
+    XFS = "xfs"
+
+
+class Provisioning(Enum):
+    """Sparse (blocks on write) or allocated up front."""
+
+    THIN = "thin"
+    THICK = "thick"
+
+
+#: The smallest image each filesystem can be made on (XFS refuses below 300 MiB).
+MIN_SIZE = {FsType.EXT4: 4 << 20, FsType.XFS: 300 << 20}
+
+
+class ImageError(Exception):
+    """An image could not be made, grown, opened or removed; ``missing``: it does not exist."""
+
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+def check_name(name: str) -> str:
+    """``name`` if it is a safe volume name (one path component), else raise ImageError."""
+    if not _NAME.fullmatch(name) or ".." in name:
+        raise ImageError(f"volume name {name!r} is not a volume name (lowercase letters, digits, '-', '.'; "
+                         "one path component)")
+    return name
+
+
+@dataclass(frozen=True)
+class Usage:
+    """An image's apparent size and the bytes it really takes in the pool."""
+
+    size: int
+    allocated: int
+
+
+def _mkfs_argv(fs: FsType, fs_uuid: str, thick: bool, options: str, target: str) -> list[str]:
+    extra = shlex.split(options)
+    if fs is FsType.EXT4:
+        # nodiscard: mke2fs "discards" a regular file by punching holes, which would make a
+        # thick image sparse again.
+        return ["mkfs.ext4", "-q", "-F", *extra, "-U", fs_uuid, *(["-E", "nodiscard"] if thick else []), target]
+    return ["mkfs.xfs", "-q", "-f", *extra, "-m", f"uuid={fs_uuid}", *(["-K"] if thick else []), target]
+
+
+def read_fs_uuid(fd: int) -> str | None:
+    """The filesystem UUID in an image's superblock (ext4 or XFS), None if neither is there."""
+    ext = os.pread(fd, 0x78, 1024)
+    if len(ext) == 0x78 and ext[0x38:0x3A] == b"\x53\xef":
+        return str(uuid.UUID(bytes=ext[0x68:0x78]))
+    xfs = os.pread(fd, 48, 0)
+    if len(xfs) == 48 and xfs[:4] == b"XFSB":
+        return str(uuid.UUID(bytes=xfs[32:48]))
+    return None
+
+
+def ext4_size(fd: int) -> int | None:
+    """The size an ext4 filesystem spans (blocks x block size, from its superblock), None if
+    ``fd`` holds no ext4."""
+    sb = os.pread(fd, 0x158, 1024)
+    if len(sb) < 0x158 or sb[0x38:0x3A] != b"\x53\xef":
+        return None
+    blocks = int.from_bytes(sb[4:8], "little")
+    if int.from_bytes(sb[0x60:0x64], "little") & 0x80:  # INCOMPAT_64BIT: the high half counts
+        blocks |= int.from_bytes(sb[0x150:0x154], "little") << 32
+    return blocks * (1024 << int.from_bytes(sb[0x18:0x1C], "little"))
+
+
+class ImageStore:
+    """The images of one pool directory (the path as this process sees it)."""
+
+    def __init__(self, pool_dir: str) -> None:
+        self.pool_dir = pool_dir
+
+    def image_path(self, name: str) -> str:
+        return os.path.join(self.pool_dir, check_name(name), IMAGE_FILE)
+
+    # ------------------------------------------------------------------ safe opening
+
+    def _pool_fd(self) -> int:
+        try:
+            return os.open(self.pool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as err:
+            raise ImageError(f"pool directory {self.pool_dir} cannot be opened ({err.strerror})",
+                             missing=err.errno == errno.ENOENT) from err
+
+    def _volume_fd(self, pool_fd: int, name: str, *, create: bool) -> int:
+        if create:
+            with suppress(FileExistsError):
+                os.mkdir(check_name(name), 0o700, dir_fd=pool_fd)
+        try:
+            return os.open(check_name(name), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=pool_fd)
+        except OSError as err:
+            if err.errno == errno.ENOENT:
+                raise ImageError(f"volume {name}: no directory {name} in pool {self.pool_dir}", missing=True) from err
+            raise ImageError(f"volume {name}: {self.pool_dir}/{name} is not a plain directory ({err.strerror}); "
+                             "refused") from err
+
+    @contextmanager
+    def open_image(self, name: str, *, create: bool = False, writable: bool = True) -> Iterator[int]:
+        """The image's file descriptor, opened without following any symlink below the pool."""
+        pool_fd = self._pool_fd()
+        try:
+            vol_fd = self._volume_fd(pool_fd, name, create=create)
+            try:
+                flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_NOFOLLOW | os.O_CLOEXEC
+                if create:
+                    flags |= os.O_CREAT
+                try:
+                    fd = os.open(IMAGE_FILE, flags, 0o600, dir_fd=vol_fd)
+                except OSError as err:
+                    raise ImageError(f"volume {name}: image {self.image_path(name)} cannot be opened "
+                                     f"({err.strerror})", missing=err.errno == errno.ENOENT) from err
+                try:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        raise ImageError(f"volume {name}: {self.image_path(name)} is not a regular file; refused")
+                    yield fd
+                finally:
+                    os.close(fd)
+            finally:
+                os.close(vol_fd)
+        finally:
+            os.close(pool_fd)
+
+    # ------------------------------------------------------------------ life cycle
+
+    def create(self, name: str, size: int, *, fs: FsType, provisioning: Provisioning, mkfs_options: str = "",
+               fs_uuid: str | None = None) -> str:
+        """Make (or make again) the image and its filesystem; returns the filesystem UUID.
+
+        Whatever an earlier, interrupted attempt left is overwritten: an image is only ever
+        made before its PV exists, so nothing in it is anyone's data.
+        """
+        if size < MIN_SIZE[fs]:
+            raise ImageError(f"{fs.value} needs at least {MIN_SIZE[fs] >> 20} MiB, {size} bytes asked")
+        fs_uuid = fs_uuid or str(uuid.uuid4())
+        thick = provisioning is Provisioning.THICK
+        with self.open_image(name, create=True) as fd:
+            os.ftruncate(fd, 0)
+            os.ftruncate(fd, size)
+            if thick:
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as err:
+                    os.ftruncate(fd, 0)
+                    raise ImageError(f"volume {name}: cannot allocate {size} bytes in pool {self.pool_dir} "
+                                     f"({err.strerror})") from err
+            argv = _mkfs_argv(fs, fs_uuid, thick, mkfs_options, f"/proc/self/fd/{fd}")
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=(fd,))
+            if proc.returncode != 0:
+                os.ftruncate(fd, 0)
+                raise ImageError(f"volume {name}: {argv[0]} failed ({proc.returncode}): "
+                                 f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+            os.fsync(fd)
+        return fs_uuid
+
+    def grow(self, name: str, size: int, *, provisioning: Provisioning) -> int:
+        """Make the image ``size`` bytes (never smaller); returns its size. The filesystem is
+        grown by the node service once the loop device sees the new size."""
+        with self.open_image(name) as fd:
+            current = os.fstat(fd).st_size
+            if size <= current:
+                return current
+            if provisioning is Provisioning.THICK:
+                try:
+                    os.posix_fallocate(fd, current, size - current)
+                except OSError as err:
+                    raise ImageError(f"volume {name}: cannot allocate {size - current} more bytes "
+                                     f"({err.strerror})") from err
+            else:
+                os.ftruncate(fd, size)
+            os.fsync(fd)
+            return os.fstat(fd).st_size
+
+    def fs_uuid(self, name: str) -> str | None:
+        with self.open_image(name, writable=False) as fd:
+            return read_fs_uuid(fd)
+
+    def usage(self, name: str) -> Usage:
+        with self.open_image(name, writable=False) as fd:
+            st = os.fstat(fd)
+            return Usage(st.st_size, st.st_blocks * 512)
+
+    def in_use(self, name: str) -> list[loop.Loop]:
+        """Loop devices bound to the image: while there is one, it is not removed."""
+        try:
+            return loop.loops_of(self.image_path(name))
+        except ImageError:
+            return []
+
+    def exists(self, name: str) -> bool:
+        try:
+            with self.open_image(name, writable=False):
+                return True
+        except ImageError as err:
+            if err.missing:
+                return False
+            raise
+
+    def remove(self, name: str) -> bool:
+        """Delete the volume's directory and image; False if there was none. Refused while a
+        loop device is bound to the image (it is staged: data would vanish under a mount)."""
+        busy = self.in_use(name)
+        if busy:
+            raise ImageError(f"volume {name}: image is in use by {', '.join(lp.path for lp in busy)}; "
+                             "not removed while staged")
+        pool_fd = self._pool_fd()
+        try:
+            try:
+                st = os.stat(check_name(name), dir_fd=pool_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return False
+            if not stat.S_ISDIR(st.st_mode):
+                raise ImageError(f"volume {name}: {self.pool_dir}/{name} is not a plain directory; not removed")
+            # rmtree with dir_fd never follows symlinks inside the volume directory.
+            shutil.rmtree(check_name(name), dir_fd=pool_fd)
+            return True
+        finally:
+            os.close(pool_fd)
+
+    def names(self) -> list[str]:
+        """Volume directories in the pool (what is on disk, whatever the journal says)."""
+        try:
+            entries = os.listdir(self.pool_dir)
+        except OSError:
+            return []
+        return sorted(e for e in entries if _NAME.fullmatch(e) and os.path.isdir(os.path.join(self.pool_dir, e)))

@@ -1,0 +1,360 @@
+"""The CSI Node service: what the kubelet calls to put a dynamic volume under a pod.
+
+* **NodeStageVolume** - find the image (its pool must be *there*: a pool whose disk is not
+  mounted is an error, never a directory on the root filesystem), check it is the image
+  made for this PV (filesystem UUID), bind it to a loop device, check the filesystem,
+  mount it at the staging path.
+* **NodePublishVolume** - bind-mount the staging path at the pod's target path, read-only
+  when asked.
+* **NodeUnpublishVolume / NodeUnstageVolume** - unmount; the loop device goes with the last
+  mount (autoclear) and is detached explicitly if it lingers. Both succeed when there is
+  nothing left to undo, as the spec wants: the kubelet retries them after crashes.
+* **NodeGetVolumeStats** - bytes and inodes of the mounted filesystem, and an abnormal
+  condition when the image is gone, replaced, the filesystem went read-only or logged errors.
+* **NodeExpandVolume** - make the loop device see the grown image, grow the filesystem
+  online, tell the controller (which finishes the claim's resize).
+
+Calls for one volume are serialised (the kubelet may retry one while the first still runs);
+calls for different volumes run in parallel.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+
+import grpc
+
+from localpv.csi import loop, mounting
+from localpv.csi.images import ImageError, check_name, ext4_size
+from localpv.csi.pools import Pool, PoolState
+from localpv.csi.proto import csi_pb2 as csi
+from localpv.csi.rpc import CallObserver, Method, RpcError, service
+from localpv.csi.volume import FS_UUID, NODE, POOL, TOPOLOGY_KEY
+from localpv.host.mounts import MountInfo
+from localpv.naming import node_label_value
+
+log = logging.getLogger(__name__)
+
+SERVICE = "csi.v1.Node"
+_Cap = csi.NodeServiceCapability.RPC
+_SINGLE_NODE = {csi.VolumeCapability.AccessMode.SINGLE_NODE_WRITER,
+                csi.VolumeCapability.AccessMode.SINGLE_NODE_READER_ONLY,
+                csi.VolumeCapability.AccessMode.SINGLE_NODE_SINGLE_WRITER,
+                csi.VolumeCapability.AccessMode.SINGLE_NODE_MULTI_WRITER}
+
+#: A filesystem this close to its device's size is taken as spanning it (resize2fs may leave a
+#: partial block group unused; checking again at every stage would force a full e2fsck each time).
+GROWTH_SLACK = 1 << 20
+
+#: Called after a filesystem was grown: (volume id, new size in bytes).
+ExpandedHook = Callable[[str, int], None]
+
+
+def _invalid(message: str) -> RpcError:
+    return RpcError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def _precondition(message: str) -> RpcError:
+    return RpcError(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+
+def _required(value: str, name: str) -> str:
+    if not value:
+        raise _invalid(f"{name} is required")
+    if not os.path.isabs(value):
+        raise _invalid(f"{name} must be an absolute path, got {value!r}")
+    return value
+
+
+class NodeService:
+    """``pools`` returns the pools configured now (a reloaded ConfigMap applies at once)."""
+
+    def __init__(self, node_name: str, pools: Callable[[], Mapping[str, Pool]], *,
+                 on_expanded: ExpandedHook | None = None) -> None:
+        self.node_name = node_name
+        self.pools = pools
+        self.on_expanded = on_expanded
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    @contextmanager
+    def _volume_lock(self, volume_id: str) -> Iterator[None]:
+        with self._locks_guard:
+            lock = self._locks.setdefault(volume_id, threading.Lock())
+        with lock:
+            yield
+
+    # ------------------------------------------------------------------ lookups
+
+    def _volume_id(self, volume_id: str) -> str:
+        try:
+            return check_name(volume_id)
+        except ImageError as err:
+            raise _invalid(str(err)) from err
+
+    def _pool(self, context: Mapping[str, str], volume_id: str) -> Pool:
+        name = context.get(POOL, "")
+        node = context.get(NODE, "")
+        if node and node != self.node_name:
+            raise _precondition(f"volume {volume_id} was made on node {node}, this is node {self.node_name}")
+        pool = self.pools().get(name)
+        if pool is None:
+            raise _precondition(f"volume {volume_id}: pool {name!r} is not configured on node {self.node_name} "
+                                "(dynamicPools of the agent's ConfigMap)")
+        state, why = pool.state()
+        if state is not PoolState.READY:
+            raise _precondition(f"volume {volume_id}: {why}")
+        return pool
+
+    def _image_loops(self, pool: Pool, volume_id: str) -> list[loop.Loop]:
+        return loop.loops_of(pool.images.image_path(volume_id))
+
+    def _staged_loop(self, pool: Pool, volume_id: str, staging: str) -> loop.Loop | None:
+        """The loop device of this image mounted at ``staging`` (None when nothing is; an error
+        when something else is)."""
+        info = mounting.mount_at(staging)
+        if info is None:
+            return None
+        major, minor = mounting.device_of(info)
+        mine = [lp for lp in self._image_loops(pool, volume_id) if lp.rdev == (major, minor)]
+        if not mine:
+            raise _precondition(f"volume {volume_id}: staging path {staging} has another filesystem mounted "
+                                f"({info.source}, {info.major_minor})")
+        return mine[0]
+
+    # ------------------------------------------------------------------ stage
+
+    def stage(self, request: csi.NodeStageVolumeRequest) -> csi.NodeStageVolumeResponse:
+        volume_id = self._volume_id(request.volume_id)
+        staging = _required(request.staging_target_path, "staging_target_path")
+        capability = request.volume_capability
+        if capability.WhichOneof("access_type") != "mount":
+            raise _invalid(f"volume {volume_id}: only filesystem volumes are served (volumeMode Filesystem)")
+        if capability.access_mode.mode not in _SINGLE_NODE:
+            raise _invalid(f"volume {volume_id}: access mode "
+                           f"{csi.VolumeCapability.AccessMode.Mode.Name(capability.access_mode.mode)} is not "
+                           "single-node; a node-local volume is reachable from one node only")
+        with self._volume_lock(volume_id):
+            context = dict(request.volume_context)
+            pool = self._pool(context, volume_id)
+            if self._staged_loop(pool, volume_id, staging) is not None:
+                return csi.NodeStageVolumeResponse()  # already done
+            fs_type = capability.mount.fs_type or "ext4"
+            self._stage(pool, volume_id, staging, fs_type, list(capability.mount.mount_flags), context.get(FS_UUID))
+        return csi.NodeStageVolumeResponse()
+
+    def _stage(self, pool: Pool, volume_id: str, staging: str, fs_type: str, flags: list[str],
+               expected_uuid: str | None) -> None:
+        try:
+            with pool.images.open_image(volume_id) as fd:
+                found = self._check_identity(pool, volume_id, fd, expected_uuid)
+                others = [m for lp in self._image_loops(pool, volume_id) for m in mounting.mounts_of_device(*lp.rdev)]
+                if others:
+                    raise _precondition(f"volume {volume_id}: its image is already mounted at "
+                                        f"{others[0].mount_point}; a node-local volume is staged once")
+                try:
+                    attached = loop.attach(fd, pool.images.image_path(volume_id))
+                except loop.LoopError as err:
+                    raise RpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"volume {volume_id}: {err}") from err
+                with attached:
+                    device = attached.loop.path
+                    try:
+                        mounting.fsck(device, fs_type)
+                        spans = ext4_size(fd) if fs_type == "ext4" else None
+                        if spans is not None and attached.loop.size() - spans >= GROWTH_SLACK:
+                            # Grown while unstaged (or online growth was not allowed): grow it now.
+                            mounting.grow_unmounted(device)
+                            log.info("volume %s: filesystem grown to its image's %d bytes before mounting",
+                                     volume_id, attached.loop.size())
+                        mounting.mount(device, staging, fs_type, flags)
+                    except mounting.MountError as err:
+                        raise _precondition(f"volume {volume_id} (filesystem {found}): {err}") from err
+        except ImageError as err:
+            if err.missing:
+                raise RpcError(grpc.StatusCode.NOT_FOUND,
+                               f"volume {volume_id}: no image in pool {pool.name} ({pool.config.host_dir}); "
+                               "nothing is created in its place") from err
+            raise _precondition(str(err)) from err
+        log.info("volume %s staged at %s", volume_id, staging)
+
+    @staticmethod
+    def _check_identity(pool: Pool, volume_id: str, fd: int, expected: str | None) -> str:
+        from localpv.csi.images import read_fs_uuid
+
+        found = read_fs_uuid(fd)
+        if found is None:
+            raise _precondition(f"volume {volume_id}: the image in pool {pool.name} has no ext4 or XFS filesystem; "
+                                "it is not the image that was made for this volume")
+        if expected and found != expected:
+            raise _precondition(f"volume {volume_id}: the image in pool {pool.name} has filesystem {found}, the PV "
+                                f"was made with {expected}; refusing to mount another volume's data")
+        return found
+
+    def unstage(self, request: csi.NodeUnstageVolumeRequest) -> csi.NodeUnstageVolumeResponse:
+        volume_id = self._volume_id(request.volume_id)
+        staging = _required(request.staging_target_path, "staging_target_path")
+        with self._volume_lock(volume_id):
+            info = mounting.mount_at(staging)
+            device = mounting.device_of(info) if info is not None else None
+            try:
+                mounting.umount(staging)
+            except mounting.MountError as err:
+                raise _precondition(f"volume {volume_id}: {err}") from err
+            if device is not None and device[0] == loop.LOOP_MAJOR and not mounting.mounts_of_device(*device):
+                try:
+                    loop.detach(loop.Loop(device[1]))  # autoclear usually did it already
+                except loop.LoopError as err:
+                    log.warning("volume %s: %s (it goes when its last user closes it)", volume_id, err)
+        log.info("volume %s unstaged from %s", volume_id, staging)
+        return csi.NodeUnstageVolumeResponse()
+
+    # ------------------------------------------------------------------ publish
+
+    def publish(self, request: csi.NodePublishVolumeRequest) -> csi.NodePublishVolumeResponse:
+        volume_id = self._volume_id(request.volume_id)
+        staging = _required(request.staging_target_path, "staging_target_path")
+        target = _required(request.target_path, "target_path")
+        with self._volume_lock(volume_id):
+            staged = mounting.mount_at(staging)
+            if staged is None:
+                raise _precondition(f"volume {volume_id} is not staged at {staging}")
+            current = mounting.mount_at(target)
+            if current is not None:
+                if current.major_minor == staged.major_minor:
+                    return csi.NodePublishVolumeResponse()
+                raise _precondition(f"volume {volume_id}: target path {target} has another filesystem mounted")
+            try:
+                mounting.bind(staging, target, readonly=request.readonly)
+            except mounting.MountError as err:
+                raise _precondition(f"volume {volume_id}: {err}") from err
+        return csi.NodePublishVolumeResponse()
+
+    def unpublish(self, request: csi.NodeUnpublishVolumeRequest) -> csi.NodeUnpublishVolumeResponse:
+        volume_id = self._volume_id(request.volume_id)
+        target = _required(request.target_path, "target_path")
+        with self._volume_lock(volume_id):
+            try:
+                while mounting.umount(target):
+                    pass
+            except mounting.MountError as err:
+                raise _precondition(f"volume {volume_id}: {err}") from err
+            try:
+                os.rmdir(target)
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                log.warning("volume %s: %s not removed: %s", volume_id, target, err.strerror)
+        return csi.NodeUnpublishVolumeResponse()
+
+    # ------------------------------------------------------------------ stats and expansion
+
+    def _mounted(self, volume_id: str, path: str) -> tuple[MountInfo, loop.Loop | None]:
+        info = mounting.mount_at(_required(path, "volume_path"))
+        if info is None:
+            raise RpcError(grpc.StatusCode.NOT_FOUND, f"volume {volume_id}: nothing is mounted at {path}")
+        major, minor = mounting.device_of(info)
+        return info, loop.Loop(minor) if major == loop.LOOP_MAJOR else None
+
+    def stats(self, request: csi.NodeGetVolumeStatsRequest) -> csi.NodeGetVolumeStatsResponse:
+        volume_id = self._volume_id(request.volume_id)
+        info, device = self._mounted(volume_id, request.volume_path)
+        try:
+            st = os.statvfs(request.volume_path)
+        except OSError as err:
+            return csi.NodeGetVolumeStatsResponse(volume_condition=csi.VolumeCondition(
+                abnormal=True, message=f"the filesystem does not answer statfs: {err.strerror}"))
+        usage = [
+            csi.VolumeUsage(unit=csi.VolumeUsage.BYTES, total=st.f_blocks * st.f_frsize,
+                            available=st.f_bavail * st.f_frsize, used=(st.f_blocks - st.f_bfree) * st.f_frsize),
+            csi.VolumeUsage(unit=csi.VolumeUsage.INODES, total=st.f_files, available=st.f_favail,
+                            used=st.f_files - st.f_ffree),
+        ]
+        problem = self._condition(volume_id, info, device)
+        return csi.NodeGetVolumeStatsResponse(usage=usage, volume_condition=csi.VolumeCondition(
+            abnormal=problem is not None, message=problem or "the image and its filesystem are healthy"))
+
+    def _condition(self, volume_id: str, info: MountInfo, device: loop.Loop | None) -> str | None:
+        """What is wrong with a mounted volume (None when nothing is): reporting only."""
+        if device is None:
+            return f"{info.mount_point} is not on a loop device ({info.source}): not this volume's image"
+        backing = loop.backing_file(device)
+        if backing is None:
+            return f"{device.path} is no longer bound to the image"
+        if backing.endswith(" (deleted)"):
+            return f"the image {backing[:-len(' (deleted)')]} was deleted while mounted"
+        if os.path.basename(os.path.dirname(backing)) != volume_id:
+            return f"{device.path} reads {backing}, not volume {volume_id}'s image"
+        if "ro" in info.super_options.split(","):
+            return "the filesystem was made read-only by the kernel (I/O or filesystem errors)"
+        try:
+            errors = int(open(f"/sys/fs/ext4/{device.path[5:]}/errors_count").read())  # noqa: SIM115
+        except (OSError, ValueError):
+            errors = 0
+        if errors:
+            return f"the filesystem logged {errors} errors (run e2fsck on the image while it is unused)"
+        return None
+
+    def expand(self, request: csi.NodeExpandVolumeRequest) -> csi.NodeExpandVolumeResponse:
+        volume_id = self._volume_id(request.volume_id)
+        path = request.volume_path or request.staging_target_path
+        with self._volume_lock(volume_id):
+            info, device = self._mounted(volume_id, path)
+            if device is None:
+                raise _precondition(f"volume {volume_id}: {path} is not on a loop device")
+            try:
+                size = loop.refresh_capacity(device)
+            except loop.LoopError as err:
+                raise _precondition(f"volume {volume_id}: {err}") from err
+            wanted = request.capacity_range.required_bytes
+            if wanted and size < wanted:
+                raise RpcError(grpc.StatusCode.OUT_OF_RANGE,
+                               f"volume {volume_id}: its image has {size} bytes, {wanted} asked: the image is grown "
+                               "by the agent's controller first (retried)")
+            if not self._covers(device, info.fs_type, size):
+                try:
+                    mounting.grow_filesystem(device.path, info.mount_point, info.fs_type)
+                except mounting.MountError as err:
+                    raise _precondition(f"volume {volume_id}: {err}") from err
+        log.info("volume %s: filesystem grown to %d bytes", volume_id, size)
+        if self.on_expanded is not None:
+            self.on_expanded(volume_id, size)
+        return csi.NodeExpandVolumeResponse(capacity_bytes=size)
+
+    @staticmethod
+    def _covers(device: loop.Loop, fs_type: str, size: int) -> bool:
+        """Whether the filesystem already spans its device (grown at stage): nothing to do."""
+        if fs_type != "ext4":
+            return False  # xfs_growfs on a full filesystem is a harmless no-op
+        fd = os.open(device.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            spans = ext4_size(fd)
+        finally:
+            os.close(fd)
+        return spans is not None and size - spans < GROWTH_SLACK
+
+    # ------------------------------------------------------------------ node facts
+
+    def capabilities(self, _request: csi.NodeGetCapabilitiesRequest) -> csi.NodeGetCapabilitiesResponse:
+        types = (_Cap.STAGE_UNSTAGE_VOLUME, _Cap.GET_VOLUME_STATS, _Cap.EXPAND_VOLUME, _Cap.VOLUME_CONDITION)
+        return csi.NodeGetCapabilitiesResponse(capabilities=[
+            csi.NodeServiceCapability(rpc=_Cap(type=t)) for t in types])
+
+    def info(self, _request: csi.NodeGetInfoRequest) -> csi.NodeGetInfoResponse:
+        return csi.NodeGetInfoResponse(node_id=self.node_name, accessible_topology=csi.Topology(
+            segments={TOPOLOGY_KEY: node_label_value(self.node_name)}))
+
+    def handler(self, observer: CallObserver | None = None) -> grpc.GenericRpcHandler:
+        return service(SERVICE, {
+            "NodeStageVolume": Method(csi.NodeStageVolumeRequest, self.stage),
+            "NodeUnstageVolume": Method(csi.NodeUnstageVolumeRequest, self.unstage),
+            "NodePublishVolume": Method(csi.NodePublishVolumeRequest, self.publish),
+            "NodeUnpublishVolume": Method(csi.NodeUnpublishVolumeRequest, self.unpublish),
+            "NodeGetVolumeStats": Method(csi.NodeGetVolumeStatsRequest, self.stats),
+            "NodeExpandVolume": Method(csi.NodeExpandVolumeRequest, self.expand),
+            "NodeGetCapabilities": Method(csi.NodeGetCapabilitiesRequest, self.capabilities),
+            "NodeGetInfo": Method(csi.NodeGetInfoRequest, self.info),
+        }, observer)

@@ -1,0 +1,98 @@
+"""Pools: named directories on a node where images are made, and how much room they have.
+
+A pool is configured once for every node (``dynamicPools`` in the ConfigMap); each node
+has its own directory of that name. Before anything is made in or read from a pool, the
+agent asks whether the pool is *there*: its directory exists and, unless the pool says
+``requireMount: false``, it is the root of a mounted filesystem. A pool whose disk did not
+come back after a reboot is then a clear error (the stage fails, nothing is provisioned),
+never a directory on the root filesystem silently filling up - the failure a plain
+``local`` PV has when its mount is missing at boot.
+
+Room: a *thick* image needs its size free now (plus the pool's ``reserved`` bytes). *Thin*
+images are promised, not taken: the sizes of all images of the pool (the journal's
+committed bytes) may reach ``overcommit`` times the pool's size, and the pool must still
+have ``reserved`` bytes free. A claim that does not fit is refused here and rescheduled
+by the controller, so the scheduler can try another node.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import Enum
+
+from localpv.csi.config import PoolConfig
+from localpv.csi.images import ImageStore, Provisioning
+from localpv.host.mounts import read_mountinfo
+
+
+class PoolState(Enum):
+    READY = "ready"
+    MISSING = "missing"
+    NOT_MOUNTED = "not-mounted"
+
+
+@dataclass(frozen=True)
+class Room:
+    """A pool's figures in bytes: its filesystem's size and free space, and what is promised."""
+
+    capacity: int
+    free: int
+    committed: int
+
+
+def mounted_root(path: str) -> bool:
+    """Whether the topmost mount at ``path`` is the root of a filesystem.
+
+    Inside the agent's container a pool's hostPath is always a mount (a bind); what tells
+    a mounted disk from a bare directory of the node's root filesystem is the mount's root:
+    ``/`` when the host path is a filesystem's root, the directory's path otherwise.
+    """
+    real = os.path.realpath(path)
+    entries = [m for m in read_mountinfo() if m.mount_point == real]
+    return bool(entries) and entries[-1].root == "/"
+
+
+class Pool:
+    """One configured pool on this node."""
+
+    def __init__(self, config: PoolConfig) -> None:
+        self.config = config
+        self.images = ImageStore(config.mount_dir)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def state(self) -> tuple[PoolState, str]:
+        """Whether images can be made and read here, and if not, a sentence saying why."""
+        path = self.config.mount_dir
+        if not os.path.isdir(path):
+            return PoolState.MISSING, (f"pool {self.name}: directory {self.config.host_dir} does not exist on this "
+                                       "node (is its disk attached and mounted?)")
+        if self.config.require_mount and not mounted_root(path):
+            return PoolState.NOT_MOUNTED, (
+                f"pool {self.name}: nothing is mounted at {self.config.host_dir} (its disk is missing or not mounted "
+                "yet); images are neither made nor staged from the root filesystem (set requireMount: false for a "
+                "pool that is a plain directory)")
+        return PoolState.READY, ""
+
+    def room(self, committed: int) -> Room:
+        st = os.statvfs(self.config.mount_dir)
+        return Room(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize, committed)
+
+    def refusal(self, room: Room, size: int, provisioning: Provisioning) -> str | None:
+        """Why an image of ``size`` bytes does not fit now (None when it does)."""
+        reserved = self.config.reserved
+        if provisioning is Provisioning.THICK:
+            if size + reserved > room.free:
+                return (f"pool {self.name} has {room.free} bytes free, a thick image of {size} bytes needs "
+                        f"{size + reserved} (with {reserved} reserved)")
+            return None
+        bound = int(room.capacity * self.config.overcommit)
+        if room.committed + size > bound:
+            return (f"pool {self.name} has {room.committed} of {bound} bytes committed (overcommit "
+                    f"{self.config.overcommit:g} x {room.capacity}); a thin image of {size} bytes does not fit")
+        if room.free <= reserved:
+            return f"pool {self.name} has {room.free} bytes free, at or below its {reserved} reserved bytes"
+        return None

@@ -1,0 +1,129 @@
+"""Images, pools and the journal on real filesystems: sizes, thin vs thick, room, path safety."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from localpv.csi.config import PoolConfig
+from localpv.csi.images import FsType, ImageError, ImageStore, Provisioning, check_name, ext4_size
+from localpv.csi.journal import ImageJournal, ImageJournalError, ImageRecord, ImageState
+from localpv.csi.pools import Pool, PoolState, Room
+from localpv.testing.hostfs import MiB
+from tests.csi.conftest import PoolEnv
+
+
+@pytest.mark.root
+def test_thin_images_are_sparse_and_thick_ones_allocated(pool_env: PoolEnv) -> None:
+    images = pool_env.pool.images
+    images.create("pvc-thin", 64 * MiB, fs=FsType.EXT4, provisioning=Provisioning.THIN)
+    images.create("pvc-thick", 64 * MiB, fs=FsType.EXT4, provisioning=Provisioning.THICK)
+    thin, thick = images.usage("pvc-thin"), images.usage("pvc-thick")
+    assert thin.size == thick.size == 64 * MiB
+    assert thin.allocated < 16 * MiB
+    assert thick.allocated >= 64 * MiB, "mkfs must not punch holes into a thick image"
+    assert images.grow("pvc-thick", 96 * MiB, provisioning=Provisioning.THICK) == 96 * MiB
+    assert images.usage("pvc-thick").allocated >= 96 * MiB
+    assert images.grow("pvc-thick", 32 * MiB, provisioning=Provisioning.THICK) == 96 * MiB, "never shrinks"
+    with images.open_image("pvc-thin", writable=False) as fd:
+        assert ext4_size(fd) == 64 * MiB
+
+
+@pytest.mark.root
+def test_the_filesystem_uuid_is_the_one_chosen(pool_env: PoolEnv) -> None:
+    images = pool_env.pool.images
+    chosen = images.create("pvc-a", 320 * MiB, fs=FsType.XFS, provisioning=Provisioning.THIN,
+                           fs_uuid="0b1c2d3e-0000-4000-8000-000000000009")
+    assert chosen == images.fs_uuid("pvc-a") == "0b1c2d3e-0000-4000-8000-000000000009"
+
+
+@pytest.mark.root
+def test_remove_refuses_an_attached_image(pool_env: PoolEnv) -> None:
+    from localpv.csi import loop
+
+    images = pool_env.pool.images
+    images.create("pvc-a", 16 * MiB, fs=FsType.EXT4, provisioning=Provisioning.THIN)
+    with images.open_image("pvc-a") as fd, loop.attach(fd, images.image_path("pvc-a")):
+        with pytest.raises(ImageError, match="in use by /dev/loop"):
+            images.remove("pvc-a")
+        assert images.exists("pvc-a")
+    assert images.remove("pvc-a") is True
+    assert images.remove("pvc-a") is False
+    assert not (pool_env.root / "pvc-a").exists()
+
+
+def test_names_cannot_leave_the_pool(tmp_path: Path) -> None:
+    for bad in ("..", ".", "../x", "a/b", "", "A", "-x", "x" * 254, "a..b"):
+        with pytest.raises(ImageError):
+            check_name(bad)
+    assert check_name("pvc-0b1c2d3e-0000-4000-8000-000000000001")
+    pool, outside = tmp_path / "pool", tmp_path / "outside"
+    pool.mkdir()
+    (outside / "pvc-x").mkdir(parents=True)
+    (outside / "pvc-x" / "disk.img").write_bytes(b"secret")
+    os.symlink(outside / "pvc-x", pool / "pvc-x")
+    store = ImageStore(str(pool))
+    with pytest.raises(ImageError, match="not a plain directory"):
+        store.create("pvc-x", 16 * MiB, fs=FsType.EXT4, provisioning=Provisioning.THIN)
+    with pytest.raises(ImageError, match="not a plain directory"):
+        store.remove("pvc-x")
+    (pool / "pvc-y").mkdir()
+    os.symlink(outside / "pvc-x" / "disk.img", pool / "pvc-y" / "disk.img")
+    with pytest.raises(ImageError, match="cannot be opened"):
+        store.grow("pvc-y", 32 * MiB, provisioning=Provisioning.THIN)
+    assert (outside / "pvc-x" / "disk.img").read_bytes() == b"secret"
+
+
+def _pool(tmp_path: Path, **settings: object) -> Pool:
+    return Pool(PoolConfig(name="p", host_dir=str(tmp_path), mount_dir=str(tmp_path), **settings))  # type: ignore[arg-type]
+
+
+def test_room_thick_needs_free_bytes_thin_is_bounded_by_overcommit(tmp_path: Path) -> None:
+    gib = 1 << 30
+    pool = _pool(tmp_path, overcommit=2.0, reserved=gib)
+    room = Room(capacity=10 * gib, free=5 * gib, committed=15 * gib)
+    assert pool.refusal(room, 4 * gib, Provisioning.THICK) is None
+    assert "needs 6442450944" in str(pool.refusal(room, 5 * gib, Provisioning.THICK))
+    assert pool.refusal(room, 5 * gib, Provisioning.THIN) is None  # 20 GiB of 2 x 10 GiB
+    assert "does not fit" in str(pool.refusal(room, 5 * gib + 1, Provisioning.THIN))
+    full = Room(capacity=10 * gib, free=gib, committed=0)
+    assert "reserved" in str(pool.refusal(full, 1, Provisioning.THIN))
+
+
+def test_pool_state_missing_and_not_mounted(tmp_path: Path) -> None:
+    assert _pool(tmp_path / "nowhere").state()[0] is PoolState.MISSING
+    state, why = _pool(tmp_path).state()  # a plain directory (tmp_path is not a mount point)
+    assert state is PoolState.NOT_MOUNTED and "requireMount: false" in why
+    assert _pool(tmp_path, require_mount=False).state() == (PoolState.READY, "")
+
+
+@pytest.mark.root
+def test_a_mounted_pool_is_ready(pool_env: PoolEnv) -> None:
+    assert pool_env.pool.state() == (PoolState.READY, "")
+
+
+def _record(volume: str, state: ImageState = ImageState.CREATING, size: int = MiB) -> ImageRecord:
+    return ImageRecord(volume=volume, pool="p", size=size, fs_type="ext4", provisioning="thin", claim_uid="u-1",
+                       claim="ns/c", state=state, since=1.0)
+
+
+def test_journal_survives_restarts_and_counts_committed_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "csi-images.json"
+    journal = ImageJournal(path)
+    journal.put(_record("pvc-a", size=3 * MiB))
+    journal.put(_record("pvc-b", ImageState.READY, size=5 * MiB).moved(ImageState.READY, 2.0, fs_uuid="x"))
+    again = ImageJournal(path)
+    assert again.snapshot() == journal.snapshot()
+    assert again.get("pvc-b").fs_uuid == "x"  # type: ignore[union-attr]
+    assert again.committed("p") == 8 * MiB and again.committed("other") == 0
+    again.drop("pvc-a")
+    assert set(ImageJournal(path).snapshot()) == {"pvc-b"}
+
+
+def test_an_unreadable_journal_stops_rather_than_guesses(tmp_path: Path) -> None:
+    path = tmp_path / "csi-images.json"
+    path.write_text('{"version": 1, "images": {"pvc-a": {"state": "bogus"}}}')
+    with pytest.raises(ImageJournalError, match=r"unreadable image journal.*Do not delete it"):
+        ImageJournal(path)
