@@ -248,8 +248,8 @@ def bench_health(volumes: int, seconds: float, tree: str | None) -> None:
         _journal(work / "state" / "journal.json")  # fresh volumes: nothing to recover
         proc = subprocess.Popen([sys.executable, "-m", "localpv", "agent", "--config", str(cfg), "--node", NODE,
                                  "--kubeconfig", str(kubeconfig), "--listen-address", "127.0.0.1:0",
-                                 "--state-dir", str(work / "state"), "--no-host-events"], stderr=subprocess.DEVNULL, env=env,
-                                cwd=tempfile.gettempdir())
+                                 "--state-dir", str(work / "state"), "--no-host-events"],
+                                stderr=subprocess.DEVNULL, env=env, cwd=tempfile.gettempdir())
         while len(server.list("v1", "PersistentVolume")) < volumes:
             time.sleep(0.05)
         for pv in server.list("v1", "PersistentVolume"):

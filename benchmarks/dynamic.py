@@ -1,7 +1,7 @@
 """Dynamic volumes' figures (docs/benchmarks.md), as root on a machine with loop devices:
 
-    python3 benchmarks/dynamic.py                 # all four
-    python3 benchmarks/dynamic.py --claims 100 --only bound
+    python3 -m benchmarks.dynamic                 # all four
+    python3 -m benchmarks.dynamic --claims 100 --only bound
 
 * ``bound``: N claims of one node, created at once against the API emulator (its PV binder
   binds), a real pool (ext4 on a loop device) and the agent's controller with production
@@ -58,8 +58,8 @@ def bound(claims: int, base: Path) -> None:
     from localpv.kube.api import KubeApi
     from localpv.kube.events import EventRecorder
     from localpv.kube.ratelimit import AGENT_RATE, rate_limiter
-    from localpv.testing.apiserver import ApiServer
-    from localpv.testing.objects import claim, node, storage_class
+    from localpv_emulator.apiserver import ApiServer
+    from localpv_emulator.objects import claim, node, storage_class
 
     device, root = _pool(base, claims * 80 * MiB)
     server = ApiServer(binder=True)
@@ -169,7 +169,7 @@ def publish(base: Path, rounds: int) -> None:
 _RSS = """
 import gc, os, sys, tempfile, psutil
 import localpv.cli, localpv.agent.node, localpv.agent.executor, localpv.kube.informer, localpv.metrics
-from localpv.testing.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer
 if sys.argv[1] == "csi":
     from localpv.csi.identity import IdentityService
     from localpv.csi.node import NodeService

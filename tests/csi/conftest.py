@@ -21,7 +21,7 @@ from localpv.csi.pools import Pool
 from localpv.csi.proto import csi_pb2 as csi
 from localpv.csi.rpc import UnixServer, unary_call
 from localpv.csi.volume import FS_UUID, NODE, POOL
-from localpv.testing.hostfs import LoopDevices, MiB, Mounter
+from tests.support.hostfs import LoopDevices, MiB, Mounter
 
 NODE_NAME = "node-1"
 

@@ -16,8 +16,8 @@ from localpv.csi.config import DynamicClass
 from localpv.csi.proto import csi_pb2 as csi
 from localpv.csi.proto import pluginregistration_pb2 as reg
 from localpv.kube.api import KubeApi
-from localpv.testing.apiserver import ApiServer
-from localpv.testing.objects import node
+from localpv_emulator.apiserver import ApiServer
+from localpv_emulator.objects import node
 from tests.conftest import wait_for
 from tests.csi.conftest import Client, PoolEnv
 

@@ -22,11 +22,11 @@ from localpv.csi.pools import Pool
 from localpv.csi.volume import FS_UUID, NODE, POOL
 from localpv.kube.api import KubeApi, Obj
 from localpv.kube.events import EventRecorder
-from localpv.testing.apiserver import ApiServer
-from localpv.testing.hostfs import MiB
-from localpv.testing.objects import claim, node, storage_class
+from localpv_emulator.apiserver import ApiServer
+from localpv_emulator.objects import claim, node, storage_class
 from tests.conftest import wait_for
 from tests.csi.conftest import PoolEnv
+from tests.support.hostfs import MiB
 
 pytestmark = pytest.mark.root
 DRIVER = "local.csi.localpv.dev"

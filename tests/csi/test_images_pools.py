@@ -11,8 +11,8 @@ from localpv.csi.config import PoolConfig
 from localpv.csi.images import FsType, ImageError, ImageStore, Provisioning, check_name, ext4_size
 from localpv.csi.journal import ImageJournal, ImageJournalError, ImageRecord, ImageState
 from localpv.csi.pools import Pool, PoolState, Room
-from localpv.testing.hostfs import MiB
 from tests.csi.conftest import PoolEnv
+from tests.support.hostfs import MiB
 
 
 @pytest.mark.root

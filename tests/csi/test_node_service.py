@@ -17,9 +17,9 @@ from localpv.csi.images import FsType, Provisioning
 from localpv.csi.node import NodeService
 from localpv.csi.proto import csi_pb2 as csi
 from localpv.csi.volume import FS_UUID, TOPOLOGY_KEY
-from localpv.testing.hostfs import MiB, umount
 from tests.conftest import wait_for
 from tests.csi.conftest import NODE_NAME, Client, PoolEnv, capability
+from tests.support.hostfs import MiB, umount
 
 pytestmark = pytest.mark.root
 VOLUME = "pvc-0b1c2d3e-0000-4000-8000-000000000001"
