@@ -28,11 +28,11 @@ import psutil
 import yaml
 
 from localpv.agent.journal import Journal
+from localpv.agent.metrics import AgentMetrics
 from localpv.agent.node import AgentOptions, NodeAgent
 from localpv.config import parse_config
 from localpv.kube.api import KubeApi
 from localpv.kube.events import EventRecorder
-from localpv.metrics import AgentMetrics
 from localpv.naming import NODE_LABEL_KEY
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import node, storage_class

@@ -168,7 +168,7 @@ def publish(base: Path, rounds: int) -> None:
 
 _RSS = """
 import gc, os, sys, tempfile, psutil
-import localpv.cli, localpv.agent.node, localpv.agent.executor, localpv.kube.informer, localpv.metrics
+import localpv.cli, localpv.agent.node, localpv.agent.executor, localpv.kube.informer, localpv.agent.metrics
 from localpv_emulator.apiserver import ApiServer
 if sys.argv[1] == "csi":
     from localpv.csi.identity import IdentityService

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from localpv.agent.journal import Journal
+from localpv.agent.metrics import AgentMetrics
 from localpv.agent.node import AgentOptions, NodeAgent
 from localpv.config import parse_config
 from localpv.host.mounts import mount_points
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.kube.events import EventRecorder
-from localpv.metrics import AgentMetrics
 from localpv_emulator.objects import claim, node, storage_class
 
 NODE = "demo-node"

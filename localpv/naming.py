@@ -140,3 +140,88 @@ def capacity_bucket(size_bytes: int) -> str:
     """The ``capacity`` metric label: 500 GiB buckets, rounded up (0 → 0G, 1 B → 500G)."""
     bucket = 500 * GiB
     return f"{-(-size_bytes // bucket) * 500}G"
+
+
+# --------------------------------------------------------------------------- Kubernetes names, as rules
+
+
+def lock_name(provisioner_name: str) -> str:
+    """The lock object's name for a provisioner name (upstream replaces ``/`` by ``-``)."""
+    return provisioner_name.replace("/", "-")
+
+
+SUBDOMAIN_RULE = 'a DNS-1123 subdomain: lowercase letters, digits, "-" and ".", starting and ending with a ' \
+                  "letter or digit, at most 253 characters"
+
+
+LABEL_RULE = 'a DNS-1123 label: lowercase letters, digits and "-", starting and ending with a letter or ' \
+              "digit, at most 63 characters"
+
+
+def quote(value: str) -> str:
+    return '"' + value.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
+
+
+def _subdomain_problem(value: str, what: str) -> str | None:
+    if not value:
+        return f"expected {what}, found an empty value"
+    if len(value) > 253:
+        return f"expected {what} of at most 253 characters, found {len(value)} characters"
+    if not DNS1123_SUBDOMAIN_RE.fullmatch(value):
+        return f"expected {what} ({SUBDOMAIN_RULE}), found {quote(value)}"
+    return None
+
+
+def node_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a Node (Kubernetes validates Node names as DNS-1123 subdomains)."""
+    return _subdomain_problem(name, "a Node name")
+
+
+def namespace_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a namespace (a DNS-1123 label)."""
+    if not name:
+        return "expected a namespace, found an empty value"
+    if len(name) > 63:
+        return f"expected a namespace of at most 63 characters, found {len(name)} characters"
+    if not DNS1123_LABEL_RE.fullmatch(name):
+        return f"expected a namespace ({LABEL_RULE}), found {quote(name)}"
+    return None
+
+
+def provisioner_name_problem(name: str, *, leader_election: bool) -> str | None:
+    """Why ``name`` cannot be the NFS provisioner's name, as Kubernetes would say it.
+
+    A StorageClass's ``provisioner`` must be a qualified name once lowercased (an optional
+    DNS-1123 subdomain prefix and ``/``, then at most 63 letters, digits, ``-``, ``_`` or ``.``,
+    starting and ending with a letter or digit): no class could name anything else. With
+    leader election the Lease is named after it (``/`` replaced by ``-``) and a Lease name
+    must be a DNS-1123 subdomain: no uppercase, no ``_``. The API server refuses anything
+    else with 422, and the elector would retry that forever.
+    """
+    expected = 'expected a qualified name such as "example.com/nfs" (what StorageClass.provisioner accepts)'
+    parts = name.lower().split("/")
+    if len(parts) > 2:
+        return f'{expected}, found {len(parts) - 1} "/"'
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            return f'{expected}, found an empty prefix before "/"'
+        if len(prefix) > 253 or not DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
+            return f"{expected}, whose prefix is {SUBDOMAIN_RULE}; found prefix {quote(prefix)}"
+    last = parts[-1]
+    if not last:
+        return f"{expected}, found an empty name part"
+    if len(last) > 63:
+        return f"{expected}, whose name part has at most 63 characters; found {len(last)} characters"
+    if not QUALIFIED_NAME_RE.fullmatch(last):
+        return f'{expected}, whose name part has letters, digits, "-", "_" and ".", starting and ending with a ' \
+               f"letter or digit; found {quote(name.rsplit('/', maxsplit=1)[-1])}"
+    if leader_election:
+        lease = lock_name(name)
+        if len(lease) > 253 or not DNS1123_SUBDOMAIN_RE.fullmatch(lease):
+            found = ("uppercase letters" if lease != lease.lower() else '"_"' if "_" in lease
+                     else f"{len(lease)} characters" if len(lease) > 253 else quote(lease))
+            return (f"expected a name that can also name the leader election Lease {quote(lease)}, which must be "
+                    f"{SUBDOMAIN_RULE}; found {found} (rename it, or disable leader election with "
+                    "ENABLE_LEADER_ELECTION=false)")
+    return None

@@ -146,7 +146,7 @@ def nfs_registry() -> CollectorRegistry:
 
 
 def node_cleanup_registry() -> CollectorRegistry:
-    from localpv.metrics import NodeCleanupMetrics
+    from localpv.nodecleanup.metrics import NodeCleanupMetrics
 
     return NodeCleanupMetrics().registry
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 from localpv.agent.cleaning import block_cleaner, filesystem_cleaner
 from localpv.agent.jobs import JobCleaner
 from localpv.agent.journal import CLEANING, Journal
+from localpv.agent.metrics import AgentMetrics
 from localpv.agent.proctable import ProcTable
 from localpv.agent.pvbuilder import NodeInfo
 from localpv.agent.reconcile import (
@@ -42,7 +43,6 @@ from localpv.kube.api import KubeApi, Obj
 from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from localpv.kube.events import WARNING, EventRecorder
 from localpv.kube.resources import NODES, PERSISTENT_VOLUMES
-from localpv.metrics import AgentMetrics
 from localpv.naming import (
     HOSTNAME_LABEL_KEY,
     NODE_LABEL_KEY,

@@ -24,6 +24,7 @@ from localpv.agent.executor import Executor
 from localpv.agent.health import HealthReporter, assess
 from localpv.agent.jobs import JobCleaner
 from localpv.agent.journal import Journal
+from localpv.agent.metrics import AgentMetrics
 from localpv.agent.phases import ReleasedTracker
 from localpv.agent.proctable import DEFAULT_RETRY_BACKOFF, ProcTable
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
@@ -45,7 +46,6 @@ from localpv.kube.errors import Backoff
 from localpv.kube.events import WARNING, EventRecorder
 from localpv.kube.informer import Informer, jittered_period
 from localpv.kube.resources import NODES, PERSISTENT_VOLUMES, STORAGE_CLASSES
-from localpv.metrics import AgentMetrics
 from localpv.naming import (
     HOSTNAME_LABEL_KEY,
     NODE_LABEL_KEY,

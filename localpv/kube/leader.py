@@ -42,11 +42,6 @@ def default_identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4()}"
 
 
-def lock_name(provisioner_name: str) -> str:
-    """The lock object's name for a provisioner name (upstream replaces ``/`` by ``-``)."""
-    return provisioner_name.replace("/", "-")
-
-
 @dataclass(frozen=True)
 class LeaseConfig:
     """Where the lock lives, who we are, and the timing (client-go defaults 15 s / 10 s / 2 s)."""

@@ -22,8 +22,9 @@ from localpv.clock import Clock, SystemClock
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import NO_RETRY
 from localpv.kube.events import EventRecorder
-from localpv.kube.leader import LeaderElector, LeaseConfig, default_identity, lock_name
+from localpv.kube.leader import LeaderElector, LeaseConfig, default_identity
 from localpv.kube.ratelimit import RateLimiter
+from localpv.naming import lock_name
 from localpv.nfs.cluster import CLUSTER_NAMESPACE, read_cluster_id
 from localpv.nfs.controller import ClusterCache, ControllerSettings, ProvisionController
 from localpv.nfs.export import Export

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from localpv.metrics import ApiRequestMetrics
+from localpv.kube.metrics import ApiRequestMetrics
 
 CONTROLLER = "controller"
 

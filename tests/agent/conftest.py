@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from localpv.agent.journal import Journal
+from localpv.agent.metrics import AgentMetrics
 from localpv.agent.node import AgentOptions, NodeAgent
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig, parse_config
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.kube.events import EventRecorder
-from localpv.metrics import AgentMetrics
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import node, storage_class
 

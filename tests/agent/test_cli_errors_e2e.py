@@ -158,7 +158,7 @@ def test_nfs_refuses_a_provisioner_name_kubernetes_rejects(apiserver: ApiServer,
 
 
 def test_nfs_without_leader_election_accepts_a_name_only_a_lease_would_refuse() -> None:
-    from localpv.cli import provisioner_name_problem
+    from localpv.naming import provisioner_name_problem
 
     assert provisioner_name_problem("Example.com/NFS", leader_election=False) is None
     assert provisioner_name_problem("Example.com/NFS", leader_election=True) is not None

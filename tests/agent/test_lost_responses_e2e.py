@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from localpv.clock import Clock
-from localpv.metrics import AGENT
+from localpv.kube.metrics import AGENT
 from tests.agent.conftest import AgentEnv
 from tests.agent.test_cleanup_e2e import bind_and_release, recreated
 from tests.conftest import wait_for

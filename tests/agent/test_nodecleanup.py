@@ -18,13 +18,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from localpv.agent.nodecleanup import (
-    EVENT_COMPONENT,
-    REFERENCED_NODE_DELETED,
-    ClusterView,
-    NodeCleanupController,
-    NodeCleanupOptions,
-)
 from localpv.cli import cli
 from localpv.clock import ManualClock
 from localpv.httpserver import StatusServer
@@ -33,7 +26,14 @@ from localpv.kube.events import EventRecorder
 from localpv.kube.informer import Informer
 from localpv.kube.resources import NODES
 from localpv.kube.workqueue import ItemBackoff
-from localpv.metrics import NodeCleanupMetrics
+from localpv.nodecleanup.controller import (
+    EVENT_COMPONENT,
+    REFERENCED_NODE_DELETED,
+    ClusterView,
+    NodeCleanupController,
+    NodeCleanupOptions,
+)
+from localpv.nodecleanup.metrics import NodeCleanupMetrics
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import claim, node, storage_class
 from tests.conftest import wait_for

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from localpv.metrics import CLEANUP_KINDS, CLEANUP_MODES, AgentMetrics
+from localpv.agent.metrics import CLEANUP_KINDS, CLEANUP_MODES, AgentMetrics
 
 COUNTERS = ("local_volume_provisioner_persistentvolume_delete_failed_total", "localpv_cleanup_retries_total")
 

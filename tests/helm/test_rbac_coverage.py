@@ -19,13 +19,13 @@ import pytest
 
 from localpv.agent.journal import Journal
 from localpv.agent.node import AgentOptions, NodeAgent
-from localpv.agent.nodecleanup import NodeCleanupController, NodeCleanupOptions, parse_class_names
 from localpv.config import parse_config, read_config_data
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.nfs.app import NfsOptions, NfsReplica
 from localpv.nfs.controller import ControllerSettings
 from localpv.nfs.provisioner import NfsSource
+from localpv.nodecleanup.controller import NodeCleanupController, NodeCleanupOptions, parse_class_names
 from localpv_emulator.apiserver import ApiServer, RequestRecord
 from localpv_emulator.binder import PVBinder
 from localpv_emulator.objects import claim, node

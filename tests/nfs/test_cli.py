@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from localpv.cli import cli
-from localpv.kube.leader import lock_name
+from localpv.naming import lock_name
 from localpv_emulator.apiserver import ApiServer
 from tests.conftest import http_get as get
 from tests.conftest import wait_for

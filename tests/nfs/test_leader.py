@@ -11,8 +11,9 @@ import pytest
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import NO_RETRY
 from localpv.kube.events import EventRecorder
-from localpv.kube.leader import LeaderElector, LeaseConfig, lock_name
+from localpv.kube.leader import LeaderElector, LeaseConfig
 from localpv.kube.workqueue import ItemBackoff
+from localpv.naming import lock_name
 from localpv.nfs.controller import ClusterCache, ControllerSettings, ProvisionController
 from localpv.nfs.export import Export
 from localpv.nfs.metrics import NfsMetrics

@@ -233,7 +233,7 @@ def test_a_state_dir_without_write_permission_is_refused(tmp_path: Path, refused
 
 
 def test_state_dir_check_creates_a_missing_directory_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    from localpv.cli import state_dir_problem
+    from localpv.cli.agent import state_dir_problem
 
     state = tmp_path / "a" / "b"
     assert state_dir_problem(str(state)) is None
@@ -263,7 +263,7 @@ def test_an_invalid_node_name_is_refused_by_doctor() -> None:
 
 
 def test_node_names_that_kubernetes_accepts_pass() -> None:
-    from localpv.cli import node_name_problem
+    from localpv.naming import node_name_problem
 
     for ok in ("n1", "node-1.example.com", "a", "1", "x" * 253, "ip-10-0-0-1.ec2.internal"):
         assert node_name_problem(ok) is None, ok

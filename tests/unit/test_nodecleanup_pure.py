@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localpv.agent.nodecleanup import (
+from localpv.nodecleanup.controller import (
     claim_cleanup_blocker,
     claim_deletion_blocker,
     is_opted_in_local_pv,

@@ -1,8 +1,8 @@
-"""Prometheus metrics, on registries we own (never the global default).
+"""What the node agent exports, on a registry of its own.
 
-Agent metrics keep upstream's names and labels (research/local-static.md §3.10) so
-existing dashboards keep working; what upstream lacks is added under ``localpv_``.
-Each process builds one registry; tests build their own, so nothing leaks between them.
+Upstream's names and labels are kept (research/local-static.md §3.10) so existing dashboards
+keep working; what upstream lacks is added under ``localpv_``. Each process builds one
+registry; tests build their own, so nothing leaks between them.
 """
 
 from __future__ import annotations
@@ -14,73 +14,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from localpv.kube.errors import ApiError
-
-AGENT = "local_volume_provisioner"
+from localpv.gauges import CallbackGauges, LabelledGauge
+from localpv.kube.metrics import AGENT, ApiRequestMetrics
 
 #: Cleanup durations run from seconds (rm of a few files) to hours (shred of a disk).
 CLEANUP_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, float("inf"))
 #: The ``mode`` and ``type`` label values of the cleanup counters (see agent/executor.py).
 CLEANUP_MODES = ("Filesystem", "Block")
 CLEANUP_KINDS = ("process", "job")
-
-
-class ApiRequestMetrics:
-    """Request counters fed by :class:`localpv.kube.api.KubeApi`'s observer hook."""
-
-    def __init__(self, registry: CollectorRegistry, *, upstream_prefix: str | None = AGENT) -> None:
-        self.requests = Counter("localpv_api_requests", "API requests by verb, resource and outcome.",
-                                ["verb", "resource", "code"], registry=registry)
-        self.duration = Histogram("localpv_api_request_duration_seconds", "API request latency.",
-                                  ["verb", "resource"], registry=registry)
-        self._upstream: tuple[Counter, Counter, Histogram] | None = None
-        if upstream_prefix:
-            self._upstream = (
-                Counter(f"{upstream_prefix}_apiserver_requests", "PV create/delete requests (upstream metric).",
-                        ["method"], registry=registry),
-                Counter(f"{upstream_prefix}_apiserver_requests_failed", "Failed PV create/delete requests.",
-                        ["method"], registry=registry),
-                Histogram(f"{upstream_prefix}_apiserver_requests_duration_seconds", "PV create/delete latency.",
-                          ["method"], registry=registry),
-            )
-
-    def observe(self, verb: str, resource: str, seconds: float, error: ApiError | None) -> None:
-        code = "ok" if error is None else str(error.status or "transport")
-        self.requests.labels(verb, resource, code).inc()
-        self.duration.labels(verb, resource).observe(seconds)
-        if self._upstream and resource == "persistentvolumes" and verb in ("create", "delete"):
-            total, failed, duration = self._upstream
-            total.labels(verb).inc()
-            duration.labels(verb).observe(seconds)
-            if error is not None:
-                failed.labels(verb).inc()
-
-
-class _CallbackGauges(Collector):
-    """Gauges computed at scrape time (ProcTable stats, cache sizes)."""
-
-    def __init__(self, read: Callable[[], dict[str, float]], names: dict[str, str]) -> None:
-        self._read = read
-        self._names = names
-
-    def collect(self) -> Iterator[Any]:
-        values = self._read()
-        for key, help_text in self._names.items():
-            yield GaugeMetricFamily(key, help_text, value=values.get(key, 0.0))
-
-
-class _LabelledGauge(Collector):
-    """One gauge whose labelled samples are computed at scrape time."""
-
-    def __init__(self, name: str, help_text: str, labels: tuple[str, ...],
-                 read: Callable[[], dict[tuple[str, str], float]]) -> None:
-        self._name, self._help, self._labels, self._read = name, help_text, labels, read
-
-    def collect(self) -> Iterator[Any]:
-        family = GaugeMetricFamily(self._name, self._help, labels=list(self._labels))
-        for labels, value in sorted(self._read().items()):
-            family.add_metric(list(labels), value)
-        yield family
 
 
 class _VolumeGauges(Collector):
@@ -162,7 +103,7 @@ class AgentMetrics:
 
     def watch_stuck(self, probes: Callable[[], float], cleaners: Callable[[], float]) -> None:
         """Threads and cleaner processes blocked on hung storage, read at scrape time."""
-        self.registry.register(_CallbackGauges(lambda: {
+        self.registry.register(CallbackGauges(lambda: {
             "localpv_storage_probes_stuck": probes(), "localpv_cleaners_lingering": cleaners()}, {
             "localpv_storage_probes_stuck": "Threads blocked in a look at storage that did not answer in time.",
             "localpv_cleaners_lingering": "Cleaner processes not reaped yet (running, or killed but stuck on "
@@ -171,7 +112,7 @@ class AgentMetrics:
 
     def watch_volume_conditions(self, read: Callable[[], dict[tuple[str, str], float]]) -> None:
         """``localpv_volume_condition``: 1 per abnormal condition of a volume in use (none when healthy)."""
-        self.registry.register(_LabelledGauge("localpv_volume_condition",
+        self.registry.register(LabelledGauge("localpv_volume_condition",
                                               "Abnormal conditions of this node's Bound and Available volumes "
                                               "(1 while abnormal; no series when healthy).",
                                               ("persistentvolume", "condition"), read))
@@ -183,29 +124,8 @@ class AgentMetrics:
 
     def watch_proctable(self, stats: Callable[[], dict[str, float]]) -> None:
         """Upstream's ProcTable gauges, read at scrape time."""
-        self.registry.register(_CallbackGauges(stats, {
+        self.registry.register(CallbackGauges(stats, {
             f"{AGENT}_proctable_running": "Cleanups running now.",
             f"{AGENT}_proctable_succeeded": "Cleanups that succeeded (cumulative).",
             f"{AGENT}_proctable_failed": "Cleanups that failed (cumulative).",
         }))
-
-
-NODE_CLEANUP = "local_volume_node_cleanup"
-
-
-class NodeCleanupMetrics:
-    """What ``localpv node-cleanup`` exports: upstream's four counters (same names, so its
-    dashboards keep working) plus our API request metrics."""
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.pv_deleted = Counter(f"{NODE_CLEANUP}_persistentvolume_delete",
-                                  "PVs of deleted nodes deleted, by the phase they had.", ["phase"], registry=r)
-        self.pv_delete_failed = Counter(f"{NODE_CLEANUP}_persistentvolume_delete_failed",
-                                        "Failed deletions of PVs of deleted nodes.", ["phase"], registry=r)
-        self.pvc_deleted = Counter(f"{NODE_CLEANUP}_persistentvolumeclaim_delete",
-                                   "PVCs deleted because their volume's node was deleted.", registry=r)
-        self.pvc_delete_failed = Counter(f"{NODE_CLEANUP}_persistentvolumeclaim_delete_failed",
-                                         "Failed deletions of PVCs of deleted nodes.", registry=r)
-        self.api = ApiRequestMetrics(r, upstream_prefix=None)

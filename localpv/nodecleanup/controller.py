@@ -48,8 +48,8 @@ from localpv.kube.events import WARNING, EventRecorder
 from localpv.kube.informer import Informer
 from localpv.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
 from localpv.kube.workqueue import ItemBackoff, WorkQueue
-from localpv.metrics import NodeCleanupMetrics
 from localpv.naming import HOSTNAME_LABEL_KEY, node_label_value
+from localpv.nodecleanup.metrics import NodeCleanupMetrics
 from localpv.supervise import Supervisor
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,169 @@
+"""``localpv agent``: the node agent, the DaemonSet's entrypoint."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from localpv.kube.ratelimit import AGENT_RATE, rate_limiter
+
+if TYPE_CHECKING:
+
+
+    pass
+
+from localpv.cli.common import (
+    CONFIG_OPTION,
+    KUBECONFIG_OPTION,
+    METRICS_PATH_OPTION,
+    api_client_or_exit,
+    duration_param,
+    kube_api_rate_options,
+    listen_or_exit,
+    load_config_or_exit,
+    named,
+    namespace_param,
+    node_name_param,
+    one_line,
+    refuse,
+    wait_for_signal,
+)
+from localpv.cli.root import cli
+
+
+def state_dir_problem(path: str) -> str | None:
+    """Why ``path`` cannot hold the agent's journal: it must be (or become) a writable directory.
+
+    A missing directory is created; writability is proven by creating and removing a file.
+    """
+    import stat
+    import tempfile
+
+    if not path:
+        return "expected a directory, found an empty path"
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        pass  # something else is there: said below
+    except OSError as err:
+        return f"expected a directory that exists or can be created, found that it cannot be created " \
+               f"({err.strerror})"
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        return f"expected a directory, found {err.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a regular file" if stat.S_ISREG(st.st_mode) else "something that is not a directory"
+        return f"expected a directory, found {kind}"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".localpv-write-check-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        return f"expected a writable directory, found it not writable ({err.strerror})"
+    return None
+
+
+@cli.command()
+@CONFIG_OPTION
+@click.option("--node", "node_name", envvar="MY_NODE_NAME", required=True, callback=node_name_param,
+              help="This node (env MY_NODE_NAME).")
+@click.option("--namespace", envvar="MY_NAMESPACE", default="default", show_default=True, callback=namespace_param,
+              help="Namespace for cleanup Jobs (env MY_NAMESPACE).")
+@click.option("--job-image", envvar="JOB_CONTAINER_IMAGE", default=None,
+              help="Cleanup Job image (env JOB_CONTAINER_IMAGE).")
+@KUBECONFIG_OPTION
+@click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
+              help="Address for /metrics, /ready and /healthz.")
+@METRICS_PATH_OPTION
+@click.option("--discovery-period", default="10s", show_default=True, callback=duration_param,
+              help="Safety-net period between passes (events trigger passes at once).")
+@click.option("--config-sync-period", default="5s", show_default=True, callback=duration_param,
+              help="How often the configuration is re-read.")
+@click.option("--state-dir", default="/var/lib/localpv", show_default=True, envvar="LOCALPV_STATE_DIR",
+              help="Host directory for the cleanup journal (must survive pod restarts).")
+@click.option("--host-events/--no-host-events", default=True, show_default=True,
+              help="React to mount and block-device events at once.")
+@click.option("--volume-health-period", default="60s", show_default=True, callback=duration_param,
+              envvar="LOCALPV_VOLUME_HEALTH_PERIOD",
+              help="Longest time between two looks at the health of the volumes in use (every pass looks; mount "
+                   "and block-device events start one).")
+@click.option("--kubelet-dir", default="/var/lib/kubelet", show_default=True, envvar="LOCALPV_KUBELET_DIR",
+              help="The kubelet's root directory (dynamic volumes: where the CSI and registration sockets go).")
+@kube_api_rate_options(AGENT_RATE)
+def agent(config_path: str, node_name: str, namespace: str, job_image: str | None, kubeconfig: str | None,
+          listen_address: str, metrics_path: str, discovery_period: float, config_sync_period: float,
+          state_dir: str, host_events: bool, volume_health_period: float, kubelet_dir: str, kube_api_qps: float,
+          kube_api_burst: int) -> None:
+    """Run the node agent (the DaemonSet entrypoint).
+
+    Everything a user can get wrong is checked before any thread starts, each as one line
+    and exit 2: the configuration, the state dir (created if missing, must be writable),
+    the kubeconfig, and the listen address, which is bound here so that a port in use is
+    reported before anything else runs.
+    """
+    import logging
+    import os
+
+    from localpv.agent.journal import Journal, JournalError
+    from localpv.agent.metrics import AgentMetrics
+    from localpv.agent.node import AgentError, AgentOptions, NodeAgent
+    from localpv.httpserver import StatusServer
+    from localpv.kube.api import KubeApi
+    from localpv.kube.errors import ApiError
+
+    log = logging.getLogger("localpv.agent")
+    loaded = load_config_or_exit(config_path)
+    problem = state_dir_problem(state_dir)
+    if problem is not None:
+        refuse(named("state_dir", "--state-dir", "LOCALPV_STATE_DIR", state_dir), problem)
+    api_client = api_client_or_exit(kubeconfig)
+    listener = listen_or_exit(listen_address)
+    try:
+        journal = Journal(os.path.join(state_dir, "journal.json"))
+    except JournalError as err:
+        click.echo(f"error: {one_line(str(err))}", err=True)
+        sys.exit(1)
+    metrics = AgentMetrics()
+    api = KubeApi(api_client, observer=metrics.api.observe, limiter=rate_limiter(kube_api_qps, kube_api_burst))
+    options = AgentOptions(node_name=node_name, namespace=namespace, job_image=job_image, config_path=config_path,
+                           discovery_period=discovery_period, config_sync_period=config_sync_period,
+                           watch_host=host_events, state_dir=state_dir, volume_health_period=volume_health_period)
+    node_agent = NodeAgent(api, options, loaded.config, journal, metrics=metrics)
+    dynamic: Any = None  # localpv.csi.app.DynamicVolumes, when the ConfigMap has dynamic classes
+
+    def healthy() -> tuple[bool, str]:
+        ok, why = node_agent.healthy()
+        problems = dynamic.problems() if dynamic is not None else []
+        return (ok and not problems), "; ".join([why, *problems]) if problems else why
+
+    server = StatusServer(listener, metrics.registry, ready=node_agent.readiness, healthy=healthy,
+                          metrics_path=metrics_path, documents={"/status": node_agent.status},
+                          loopback_only=("/status",))
+    server.start()
+    try:
+        node_agent.start()
+        if loaded.config.dynamic_classes:  # grpcio is imported only then
+            from localpv.csi.app import DynamicStartError, start_dynamic
+
+            try:
+                dynamic = start_dynamic(api, node_name=node_name, config=lambda: node_agent.config.current,
+                                        state_dir=state_dir, kubelet_dir=kubelet_dir, registry=metrics.registry)
+            except DynamicStartError as err:
+                raise AgentError(str(err)) from err
+    except (AgentError, ApiError) as err:
+        click.echo(f"error: {one_line(str(err))}", err=True)
+        node_agent.stop()
+        server.stop()
+        sys.exit(1)
+    log.info("agent running on node %s", node_name)
+    try:
+        wait_for_signal()
+    finally:
+        if dynamic is not None:
+            dynamic.stop()
+        node_agent.stop()
+        server.stop()

@@ -1,0 +1,85 @@
+"""``localpv node-cleanup``: frees PVCs and PVs pinned to deleted Nodes."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from localpv.kube.ratelimit import CONTROLLER_RATE, rate_limiter
+
+if TYPE_CHECKING:
+
+
+    pass
+
+from localpv.cli.common import (
+    KUBECONFIG_OPTION,
+    METRICS_PATH_OPTION,
+    api_client_or_exit,
+    duration_param,
+    kube_api_rate_options,
+    listen_or_exit,
+    one_line,
+    wait_for_signal,
+)
+from localpv.cli.root import cli
+
+
+@cli.command("node-cleanup")
+@click.option("--storageclass-names", default="", envvar="LOCALPV_STORAGECLASS_NAMES",
+              help="Comma list of the StorageClasses whose PVCs and PVs may be removed (empty: none).")
+@click.option("--pvc-deletion-delay", default="60s", show_default=True, callback=duration_param,
+              help="How long a deleted Node may take to come back before its volumes' PVCs are deleted.")
+@click.option("--stale-pv-discovery-interval", default="10s", show_default=True, callback=duration_param,
+              help="Period of the scan that deletes unclaimed PVs of deleted Nodes.")
+@click.option("--resync", default="10m", show_default=True, callback=duration_param,
+              help="Safety-net period of the scan for PVCs to free (a Node deletion triggers it at once).")
+@click.option("--worker-threads", default=10, show_default=True, type=click.IntRange(1, 256),
+              help="Concurrent PVC checks and deletions.")
+@KUBECONFIG_OPTION
+@click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
+              help="Address for /metrics, /ready and /healthz (empty disables).")
+@METRICS_PATH_OPTION
+@kube_api_rate_options(CONTROLLER_RATE)
+def node_cleanup(storageclass_names: str, pvc_deletion_delay: float, stale_pv_discovery_interval: float,
+                 resync: float, worker_threads: int, kubeconfig: str | None, listen_address: str,
+                 metrics_path: str, kube_api_qps: float, kube_api_burst: int) -> None:
+    """Remove PVCs and PVs pinned to deleted Nodes (opt-in per StorageClass; data is never touched)."""
+    from localpv.httpserver import StatusServer
+    from localpv.kube.api import KubeApi
+    from localpv.nodecleanup.controller import (
+        NodeCleanupController,
+        NodeCleanupError,
+        NodeCleanupOptions,
+        parse_class_names,
+    )
+    from localpv.nodecleanup.metrics import NodeCleanupMetrics
+
+    options = NodeCleanupOptions(parse_class_names(storageclass_names), pvc_deletion_delay,
+                                 stale_pv_discovery_interval, resync, worker_threads)
+    api_client = api_client_or_exit(kubeconfig)
+    listener = listen_or_exit(listen_address) if listen_address else None
+    metrics = NodeCleanupMetrics()
+    try:
+        api = KubeApi(api_client, observer=metrics.api.observe, user_agent="localpv-node-cleanup",
+                      limiter=rate_limiter(kube_api_qps, kube_api_burst))
+        controller = NodeCleanupController(api, options, metrics=metrics)
+    except (ValueError, OSError) as err:
+        click.echo(f"error: {one_line(str(err))}", err=True)
+        sys.exit(1)
+    server = StatusServer(listener, metrics.registry, ready=controller.ready, healthy=controller.healthy,
+                          metrics_path=metrics_path) if listener is not None else None
+    if server is not None:
+        server.start()
+    try:
+        controller.start()
+        wait_for_signal()
+    except NodeCleanupError as err:
+        click.echo(f"error: {one_line(str(err))}", err=True)
+        sys.exit(1)
+    finally:
+        controller.stop()
+        if server is not None:
+            server.stop()
