@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any
 
 import click
-
-from localpv.kube.ratelimit import AGENT_RATE, rate_limiter
-
-if TYPE_CHECKING:
-
-
-    pass
 
 from localpv.cli.common import (
     CONFIG_OPTION,
@@ -29,9 +21,9 @@ from localpv.cli.common import (
     node_name_param,
     one_line,
     refuse,
-    wait_for_signal,
 )
 from localpv.cli.root import cli
+from localpv.kube.ratelimit import AGENT_RATE, rate_limiter
 
 
 def state_dir_problem(path: str) -> str | None:
@@ -105,17 +97,11 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
     the kubeconfig, and the listen address, which is bound here so that a port in use is
     reported before anything else runs.
     """
-    import logging
-    import os
-
+    from localpv.agent.app import AgentProcess, journal_path, run
     from localpv.agent.journal import Journal, JournalError
-    from localpv.agent.metrics import AgentMetrics
-    from localpv.agent.node import AgentError, AgentOptions, NodeAgent
-    from localpv.httpserver import StatusServer
-    from localpv.kube.api import KubeApi
+    from localpv.agent.node import AgentError, AgentOptions
     from localpv.kube.errors import ApiError
 
-    log = logging.getLogger("localpv.agent")
     loaded = load_config_or_exit(config_path)
     problem = state_dir_problem(state_dir)
     if problem is not None:
@@ -123,47 +109,17 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
     api_client = api_client_or_exit(kubeconfig)
     listener = listen_or_exit(listen_address)
     try:
-        journal = Journal(os.path.join(state_dir, "journal.json"))
+        journal = Journal(journal_path(state_dir))
     except JournalError as err:
         click.echo(f"error: {one_line(str(err))}", err=True)
         sys.exit(1)
-    metrics = AgentMetrics()
-    api = KubeApi(api_client, observer=metrics.api.observe, limiter=rate_limiter(kube_api_qps, kube_api_burst))
     options = AgentOptions(node_name=node_name, namespace=namespace, job_image=job_image, config_path=config_path,
                            discovery_period=discovery_period, config_sync_period=config_sync_period,
                            watch_host=host_events, state_dir=state_dir, volume_health_period=volume_health_period)
-    node_agent = NodeAgent(api, options, loaded.config, journal, metrics=metrics)
-    dynamic: Any = None  # localpv.csi.app.DynamicVolumes, when the ConfigMap has dynamic classes
-
-    def healthy() -> tuple[bool, str]:
-        ok, why = node_agent.healthy()
-        problems = dynamic.problems() if dynamic is not None else []
-        return (ok and not problems), "; ".join([why, *problems]) if problems else why
-
-    server = StatusServer(listener, metrics.registry, ready=node_agent.readiness, healthy=healthy,
-                          metrics_path=metrics_path, documents={"/status": node_agent.status},
-                          loopback_only=("/status",))
-    server.start()
+    process = AgentProcess(options, loaded.config, kubelet_dir=kubelet_dir, metrics_path=metrics_path)
     try:
-        node_agent.start()
-        if loaded.config.dynamic_classes:  # grpcio is imported only then
-            from localpv.csi.app import DynamicStartError, start_dynamic
-
-            try:
-                dynamic = start_dynamic(api, node_name=node_name, config=lambda: node_agent.config.current,
-                                        state_dir=state_dir, kubelet_dir=kubelet_dir, registry=metrics.registry)
-            except DynamicStartError as err:
-                raise AgentError(str(err)) from err
+        run(process, journal, api_client=api_client, listener=listener,
+            limiter=rate_limiter(kube_api_qps, kube_api_burst))
     except (AgentError, ApiError) as err:
         click.echo(f"error: {one_line(str(err))}", err=True)
-        node_agent.stop()
-        server.stop()
         sys.exit(1)
-    log.info("agent running on node %s", node_name)
-    try:
-        wait_for_signal()
-    finally:
-        if dynamic is not None:
-            dynamic.stop()
-        node_agent.stop()
-        server.stop()

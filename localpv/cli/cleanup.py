@@ -3,18 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 import click
-
-from localpv.naming import (
-    quote,
-)
-
-if TYPE_CHECKING:
-
-
-    pass
 
 from localpv.cli.common import (
     CONFIG_ERROR_EXIT,
@@ -23,6 +13,9 @@ from localpv.cli.common import (
     load_config_or_exit,
 )
 from localpv.cli.root import cli
+from localpv.naming import (
+    quote,
+)
 
 
 def _shell_words(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -198,17 +198,6 @@ def load_config_or_exit(path: str, *, strict: bool = False, dash_is_stdin: bool 
     return loaded
 
 
-def wait_for_signal() -> None:
-    """Block until SIGTERM or SIGINT (the kubelet stops pods with SIGTERM)."""
-    import signal
-    import threading
-
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    done.wait()
-
-
 def agent_url_param(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """``--agent-url``: an http(s) URL with a host (and a valid port, if any)."""
     from urllib.parse import urlsplit

@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import click
-
-if TYPE_CHECKING:
-
-
-    pass
 
 from localpv.cli.common import (
     load_config_or_exit,

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TYPE_CHECKING
 
 import click
-
-if TYPE_CHECKING:
-
-
-    pass
 
 from localpv.cli.common import (
     bad_parameter,

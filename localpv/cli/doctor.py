@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
 
 import click
-
-if TYPE_CHECKING:
-
-
-    pass
 
 from localpv.cli.common import (
     CONFIG_OPTION,

@@ -3,20 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 import click
-
-from localpv.kube.ratelimit import CONTROLLER_RATE, rate_limiter
-from localpv.naming import (
-    provisioner_name_problem,
-    quote,
-)
-
-if TYPE_CHECKING:
-
-
-    pass
 
 from localpv.cli.common import (
     CONFIG_ERROR_EXIT,
@@ -30,6 +18,11 @@ from localpv.cli.common import (
     one_line,
 )
 from localpv.cli.root import cli
+from localpv.kube.ratelimit import CONTROLLER_RATE, rate_limiter
+from localpv.naming import (
+    provisioner_name_problem,
+    quote,
+)
 
 
 def _octal_mode(ctx: click.Context, param: click.Parameter, value: str) -> int:

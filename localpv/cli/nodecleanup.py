@@ -3,16 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 import click
-
-from localpv.kube.ratelimit import CONTROLLER_RATE, rate_limiter
-
-if TYPE_CHECKING:
-
-
-    pass
 
 from localpv.cli.common import (
     KUBECONFIG_OPTION,
@@ -22,9 +14,9 @@ from localpv.cli.common import (
     kube_api_rate_options,
     listen_or_exit,
     one_line,
-    wait_for_signal,
 )
 from localpv.cli.root import cli
+from localpv.kube.ratelimit import CONTROLLER_RATE, rate_limiter
 
 
 @cli.command("node-cleanup")
@@ -47,39 +39,16 @@ def node_cleanup(storageclass_names: str, pvc_deletion_delay: float, stale_pv_di
                  resync: float, worker_threads: int, kubeconfig: str | None, listen_address: str,
                  metrics_path: str, kube_api_qps: float, kube_api_burst: int) -> None:
     """Remove PVCs and PVs pinned to deleted Nodes (opt-in per StorageClass; data is never touched)."""
-    from localpv.httpserver import StatusServer
-    from localpv.kube.api import KubeApi
-    from localpv.nodecleanup.controller import (
-        NodeCleanupController,
-        NodeCleanupError,
-        NodeCleanupOptions,
-        parse_class_names,
-    )
-    from localpv.nodecleanup.metrics import NodeCleanupMetrics
+    from localpv.nodecleanup.app import run
+    from localpv.nodecleanup.controller import NodeCleanupError, NodeCleanupOptions, parse_class_names
 
     options = NodeCleanupOptions(parse_class_names(storageclass_names), pvc_deletion_delay,
                                  stale_pv_discovery_interval, resync, worker_threads)
     api_client = api_client_or_exit(kubeconfig)
     listener = listen_or_exit(listen_address) if listen_address else None
-    metrics = NodeCleanupMetrics()
     try:
-        api = KubeApi(api_client, observer=metrics.api.observe, user_agent="localpv-node-cleanup",
-                      limiter=rate_limiter(kube_api_qps, kube_api_burst))
-        controller = NodeCleanupController(api, options, metrics=metrics)
-    except (ValueError, OSError) as err:
+        run(options, api_client=api_client, listener=listener, metrics_path=metrics_path,
+            limiter=rate_limiter(kube_api_qps, kube_api_burst))
+    except (ValueError, OSError, NodeCleanupError) as err:
         click.echo(f"error: {one_line(str(err))}", err=True)
         sys.exit(1)
-    server = StatusServer(listener, metrics.registry, ready=controller.ready, healthy=controller.healthy,
-                          metrics_path=metrics_path) if listener is not None else None
-    if server is not None:
-        server.start()
-    try:
-        controller.start()
-        wait_for_signal()
-    except NodeCleanupError as err:
-        click.echo(f"error: {one_line(str(err))}", err=True)
-        sys.exit(1)
-    finally:
-        controller.stop()
-        if server is not None:
-            server.stop()

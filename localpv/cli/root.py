@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from localpv import __version__
-
-if TYPE_CHECKING:
-
-
-    pass
-
 from localpv.cli.common import (
     as_one_line,
 )

@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 import click
-
-if TYPE_CHECKING:
-
-
-    pass
 
 from localpv.cli.common import (
     agent_url_param,

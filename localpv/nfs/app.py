@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localpv.clock import Clock, SystemClock
+from localpv.daemon import serve
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import NO_RETRY
 from localpv.kube.events import EventRecorder
@@ -177,38 +178,12 @@ def run(options: NfsOptions, *, api_client: Any, listener: socket.socket | str, 
     :class:`~localpv.nfs.cluster.ClusterIdUnavailable` before serving anything when the cluster
     id was not given and cannot be read.
     """
-    import signal
-
-    from localpv.httpserver import StatusServer
-
     metrics = NfsMetrics()
     api = KubeApi(api_client, observer=metrics.api.observe, user_agent="localpv-nfs", limiter=limiter)
     replica = NfsReplica(api, options, metrics=metrics)
     replica.identify()
-    server = StatusServer(listener, metrics.registry, ready=replica.ready, healthy=replica.healthy,
-                          metrics_path=metrics_path)
-    signalled = threading.Event()
-    done = threading.Event()
-
-    def on_signal(*_: object) -> None:
-        signalled.set()
-        done.set()
-
-    def on_finished() -> None:
-        replica.finished.wait()
-        done.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    threading.Thread(target=on_finished, name="nfs-finished", daemon=True).start()
-    server.start()
-    replica.start()
-    try:
-        done.wait()
-    finally:
-        replica.stop()
-        server.stop()
-    if not signalled.is_set():
-        log.error("%s: leader lease lost; exiting so that the pod restarts as a candidate", options.identity)
-        return 1
-    return 0
+    if serve(replica, registry=metrics.registry, listener=listener, metrics_path=metrics_path,
+             finished=replica.finished):
+        return 0
+    log.error("%s: leader lease lost; exiting so that the pod restarts as a candidate", options.identity)
+    return 1
