@@ -50,7 +50,7 @@ def _unpool(device: str, root: Path) -> None:
 
 def bound(claims: int, base: Path) -> None:
     from localpv.config import ProvisionerConfig
-    from localpv.csi.config import DynamicClass, PoolConfig
+    from localpv.config.dynamic import DynamicClass, PoolConfig
     from localpv.csi.controller import DynamicController, DynamicSettings
     from localpv.csi.journal import ImageJournal
     from localpv.csi.metrics import DynamicMetrics
@@ -122,7 +122,7 @@ def images(base: Path) -> None:
 def publish(base: Path, rounds: int) -> None:
     import grpc
 
-    from localpv.csi.config import PoolConfig
+    from localpv.config.dynamic import PoolConfig
     from localpv.csi.images import FsType, Provisioning
     from localpv.csi.node import NodeService
     from localpv.csi.pools import Pool

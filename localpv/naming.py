@@ -225,3 +225,39 @@ def provisioner_name_problem(name: str, *, leader_election: bool) -> str | None:
                     f"{SUBDOMAIN_RULE}; found {found} (rename it, or disable leader election with "
                     "ENABLE_LEADER_ELECTION=false)")
     return None
+
+
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def quote_text(text: str) -> str:
+    """``"text"`` with control characters escaped, so an error line stays one readable line
+    (other characters, non-ASCII letters included, are shown as they are)."""
+    return '"' + CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", text) + '"'
+
+
+LABEL_KEY_RULE = ('a label key: an optional DNS-1123 subdomain prefix (at most 253 characters) and "/", then a '
+                   'name of at most 63 letters, digits, "-", "_" and ".", starting and ending with a letter or digit')
+
+
+LABEL_VALUE_RULE = ('a label value: empty, or at most 63 letters, digits, "-", "_" and ".", starting and ending '
+                     "with a letter or digit")
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be a Kubernetes label key (as the API server validates it), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN_RE.fullmatch(prefix)):
+        return f"expected {LABEL_KEY_RULE}; found prefix {quote_text(prefix)}"
+    if not name or len(name) > 63 or not QUALIFIED_NAME_RE.fullmatch(name):
+        found = f"a name of {len(name)} characters" if len(name) > 63 else f"name {quote_text(name)}"
+        return f"expected {LABEL_KEY_RULE}; found {found}"
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a Kubernetes label value, or None."""
+    if value and (len(value) > 63 or not QUALIFIED_NAME_RE.fullmatch(value)):
+        found = f"{len(value)} characters" if len(value) > 63 else quote_text(value)
+        return f"expected {LABEL_VALUE_RULE}; found {found}"
+    return None

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from enum import Enum
 
-from localpv.csi.config import PoolConfig
+from localpv.config.dynamic import PoolConfig
 from localpv.csi.images import ImageStore, Provisioning
 from localpv.host.mounts import read_mountinfo
 

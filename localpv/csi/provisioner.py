@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from localpv.csi.config import DynamicClass
+from localpv.config.dynamic import DynamicClass
 from localpv.csi.images import MIN_SIZE, FsType, Provisioning
 from localpv.csi.volume import FS_UUID, NODE, POOL, PROVISIONING
 from localpv.naming import (

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
-from localpv.csi.config import PoolConfig
+from localpv.config.dynamic import PoolConfig
 from localpv.csi.identity import IdentityService
 from localpv.csi.images import FsType, Provisioning
 from localpv.csi.node import NodeService

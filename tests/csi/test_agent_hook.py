@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from localpv.config import ProvisionerConfig
+from localpv.config.dynamic import DynamicClass
 from localpv.csi.app import DynamicStartError, start_dynamic
-from localpv.csi.config import DynamicClass
 from localpv.csi.proto import csi_pb2 as csi
 from localpv.csi.proto import pluginregistration_pb2 as reg
 from localpv.kube.api import KubeApi

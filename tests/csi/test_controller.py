@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from localpv.config import ProvisionerConfig
+from localpv.config.dynamic import DynamicClass, PoolConfig
 from localpv.csi import loop
-from localpv.csi.config import DynamicClass, PoolConfig
 from localpv.csi.controller import DynamicController, DynamicSettings
 from localpv.csi.images import FsType, Provisioning
 from localpv.csi.journal import ImageJournal, ImageRecord, ImageState

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from localpv.csi.config import PoolConfig
+from localpv.config.dynamic import PoolConfig
 from localpv.csi.images import FsType, ImageError, ImageStore, Provisioning, check_name, ext4_size
 from localpv.csi.journal import ImageJournal, ImageJournalError, ImageRecord, ImageState
 from localpv.csi.pools import Pool, PoolState, Room

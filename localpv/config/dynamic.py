@@ -1,7 +1,7 @@
 """The ConfigMap keys of dynamic volumes: ``dynamicPools``, ``dynamicClassMap``, ``csiDriverName``.
 
 They live in the same ConfigMap as the static classes (``storageClassMap``) and are read by
-the same strict reader (:mod:`localpv.config` calls the parsers here): every problem is one
+the same strict reader (:func:`localpv.config.schema.parse_config` calls the parsers here): every problem is one
 line naming the key, what was expected and what was found, unknown keys are warnings with a
 "did you mean". A pool's directories are validated as a discovery directory's are.
 
@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from localpv import config as base
+from localpv.config.paths import _parse_abs_path
+from localpv.config.values import KeySpec, _as_bool, _as_str, _check_keys, _describe, _Parser, _Problems
 from localpv.naming import DNS1123_LABEL_RE, DNS1123_SUBDOMAIN_RE, parse_quantity
 
 DEFAULT_DRIVER_NAME = "local.csi.localpv.dev"
@@ -49,10 +50,10 @@ class DynamicClass:
     mkfs_options: str = ""
 
 
-def _parse_overcommit(value: Any, path: str, problems: base._Problems) -> float | None:
+def _parse_overcommit(value: Any, path: str, problems: _Problems) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         problems.error(path, f"expected a number of at least 1 (thin images may promise that many times the "
-                             f"pool's size), got {base._describe(value)}")
+                             f"pool's size), got {_describe(value)}")
         return None
     try:
         number = float(value)
@@ -60,13 +61,13 @@ def _parse_overcommit(value: Any, path: str, problems: base._Problems) -> float 
         number = 0.0
     if not number >= 1.0 or number == float("inf"):
         problems.error(path, f"expected a number of at least 1 (thin images may promise that many times the "
-                             f"pool's size), got {base._describe(value)}")
+                             f"pool's size), got {_describe(value)}")
         return None
     return number
 
 
-def _parse_bytes(value: Any, path: str, problems: base._Problems) -> int | None:
-    text = base._as_str(value, path, problems)
+def _parse_bytes(value: Any, path: str, problems: _Problems) -> int | None:
+    text = _as_str(value, path, problems)
     if text is None:
         return None
     try:
@@ -74,60 +75,60 @@ def _parse_bytes(value: Any, path: str, problems: base._Problems) -> int | None:
     except ValueError:
         number = -1
     if number < 0:
-        problems.error(path, f'expected a quantity of bytes such as "1Gi" or "500M", got {base._describe(value)}')
+        problems.error(path, f'expected a quantity of bytes such as "1Gi" or "500M", got {_describe(value)}')
         return None
     return number
 
 
-def _choice(choices: tuple[str, ...]) -> base._Parser:
-    def parse(value: Any, path: str, problems: base._Problems) -> str | None:
+def _choice(choices: tuple[str, ...]) -> _Parser:
+    def parse(value: Any, path: str, problems: _Problems) -> str | None:
         if value in choices:
             return str(value)
-        problems.error(path, f"expected one of {', '.join(choices)}, got {base._describe(value)}")
+        problems.error(path, f"expected one of {', '.join(choices)}, got {_describe(value)}")
         return None
     return parse
 
 
-def _parse_mkfs_options(value: Any, path: str, problems: base._Problems) -> str | None:
+def _parse_mkfs_options(value: Any, path: str, problems: _Problems) -> str | None:
     import shlex
 
-    text = base._as_str(value, path, problems, allow_empty=True)
+    text = _as_str(value, path, problems, allow_empty=True)
     if text is None:
         return None
     try:
         words = shlex.split(text)
     except ValueError as err:
-        problems.error(path, f"expected mkfs options with their quotes closed, got {base._describe(value)} ({err})")
+        problems.error(path, f"expected mkfs options with their quotes closed, got {_describe(value)} ({err})")
         return None
     if any(not w.startswith("-") and not prev.startswith("-") for prev, w in zip(["", *words], words, strict=False)):
-        problems.error(path, f"expected options only (the image is the device), got {base._describe(value)}")
+        problems.error(path, f"expected options only (the image is the device), got {_describe(value)}")
         return None
     return text
 
 
-POOL_KEYS: dict[str, base.KeySpec] = {
-    "hostDir": base.KeySpec("host_dir", base._parse_abs_path,
+POOL_KEYS: dict[str, KeySpec] = {
+    "hostDir": KeySpec("host_dir", _parse_abs_path,
                             "The pool's directory on every node. Required. Validated as a class's hostDir.",
                             upstream=False),
-    "mountDir": base.KeySpec("mount_dir", base._parse_abs_path,
+    "mountDir": KeySpec("mount_dir", _parse_abs_path,
                              "Where hostDir is mounted in the agent container. Default: hostDir.", upstream=False),
-    "requireMount": base.KeySpec("require_mount", base._as_bool,
+    "requireMount": KeySpec("require_mount", _as_bool,
                                  "Refuse to make or stage images unless a filesystem is mounted at hostDir "
                                  "(its disk). Default true.", upstream=False),
-    "overcommit": base.KeySpec("overcommit", _parse_overcommit,
+    "overcommit": KeySpec("overcommit", _parse_overcommit,
                                "Thin images may promise this many times the pool's size. Default 1.",
                                upstream=False),
-    "reserved": base.KeySpec("reserved", _parse_bytes,
+    "reserved": KeySpec("reserved", _parse_bytes,
                              "Bytes of the pool never promised nor allocated. Default 0.", upstream=False),
 }
 
-CLASS_KEYS: dict[str, base.KeySpec] = {
-    "pool": base.KeySpec("pool", base._as_str, "The dynamicPools entry images are made in. Required.",
+CLASS_KEYS: dict[str, KeySpec] = {
+    "pool": KeySpec("pool", _as_str, "The dynamicPools entry images are made in. Required.",
                          upstream=False),
-    "fsType": base.KeySpec("fs_type", _choice(FS_TYPES), "`ext4` (default) or `xfs`.", upstream=False),
-    "provisioning": base.KeySpec("provisioning", _choice(PROVISIONING),
+    "fsType": KeySpec("fs_type", _choice(FS_TYPES), "`ext4` (default) or `xfs`.", upstream=False),
+    "provisioning": KeySpec("provisioning", _choice(PROVISIONING),
                                  "`thin` (sparse image, default) or `thick` (allocated up front).", upstream=False),
-    "mkfsOptions": base.KeySpec("mkfs_options", _parse_mkfs_options, "Extra options for mkfs.", upstream=False),
+    "mkfsOptions": KeySpec("mkfs_options", _parse_mkfs_options, "Extra options for mkfs.", upstream=False),
 }
 
 
@@ -136,15 +137,15 @@ def _name_problem(name: Any, rule: str) -> str | None:
     limit = 63 if rule == "label" else 253
     if not isinstance(name, str) or not name or len(name) > limit or not pattern.fullmatch(name):
         return (f'expected a DNS-1123 {rule} (lowercase letters, digits, "-"{"" if rule == "label" else " and ."}, '
-                f"at most {limit} characters), got {base._describe(name)}")
+                f"at most {limit} characters), got {_describe(name)}")
     return None
 
 
-def _entries(value: Any, path: str, problems: base._Problems, what: str, rule: str) -> dict[str, dict[str, Any]]:
+def _entries(value: Any, path: str, problems: _Problems, what: str, rule: str) -> dict[str, dict[str, Any]]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        problems.error(path, f"expected a mapping of {what} name to settings, got {base._describe(value)}")
+        problems.error(path, f"expected a mapping of {what} name to settings, got {_describe(value)}")
         return {}
     found = {}
     for name, entry in value.items():
@@ -152,18 +153,18 @@ def _entries(value: Any, path: str, problems: base._Problems, what: str, rule: s
         if problem := _name_problem(name, rule):
             problems.error(where, problem)
         elif not isinstance(entry, dict):
-            problems.error(where, f"expected a mapping of settings, got {base._describe(entry)}")
+            problems.error(where, f"expected a mapping of settings, got {_describe(entry)}")
         else:
             found[str(name)] = entry
     return found
 
 
-def parse_pools(value: Any, path: str, problems: base._Problems) -> dict[str, PoolConfig] | None:
+def parse_pools(value: Any, path: str, problems: _Problems) -> dict[str, PoolConfig] | None:
     before = len(problems.errors)
     pools = {}
     for name, entry in _entries(value, path, problems, "pool", "label").items():
         where = f"{path}.{name}"
-        base._check_keys(entry, POOL_KEYS, where, problems)
+        _check_keys(entry, POOL_KEYS, where, problems)
         if "hostDir" not in entry:
             problems.error(f"{where}.hostDir", "required, got nothing")
             continue
@@ -176,12 +177,12 @@ def parse_pools(value: Any, path: str, problems: base._Problems) -> dict[str, Po
     return pools if len(problems.errors) == before else None
 
 
-def parse_classes(value: Any, path: str, problems: base._Problems) -> dict[str, DynamicClass] | None:
+def parse_classes(value: Any, path: str, problems: _Problems) -> dict[str, DynamicClass] | None:
     before = len(problems.errors)
     classes = {}
     for name, entry in _entries(value, path, problems, "StorageClass", "subdomain").items():
         where = f"{path}.{name}"
-        base._check_keys(entry, CLASS_KEYS, where, problems)
+        _check_keys(entry, CLASS_KEYS, where, problems)
         if "pool" not in entry:
             problems.error(f"{where}.pool", "required, got nothing")
             continue
@@ -193,16 +194,16 @@ def parse_classes(value: Any, path: str, problems: base._Problems) -> dict[str, 
     return classes if len(problems.errors) == before else None
 
 
-def parse_driver_name(value: Any, path: str, problems: base._Problems) -> str | None:
+def parse_driver_name(value: Any, path: str, problems: _Problems) -> str | None:
     """A CSI driver name: a DNS-1123 subdomain of at most 63 characters (what CSIDriver accepts)."""
     if isinstance(value, str) and 0 < len(value) <= 63 and DNS1123_SUBDOMAIN_RE.fullmatch(value):
         return value
     problems.error(path, "expected a CSI driver name (a DNS-1123 subdomain of at most 63 characters, such as "
-                         f'"{DEFAULT_DRIVER_NAME}"), got {base._describe(value)}')
+                         f'"{DEFAULT_DRIVER_NAME}"), got {_describe(value)}')
     return None
 
 
-def check(values: Mapping[str, Any], problems: base._Problems) -> None:
+def check(values: Mapping[str, Any], problems: _Problems) -> None:
     """Rules across keys: a class names a pool that exists; a pool is no static class's directory."""
     pools: Mapping[str, PoolConfig] = values.get("dynamic_pools") or {}
     for name, cls in (values.get("dynamic_classes") or {}).items():
