@@ -33,15 +33,15 @@ from localpv.agent.reconcile import (
     RetractPV,
     Skipped,
     StartCleanup,
-    pv_host_path,
 )
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig
 from localpv.host.cleaner import ProcessRecords
 from localpv.host.scan import HUNG_STORAGE
-from localpv.kube.api import KubeApi, Obj
+from localpv.kube.api import KubeApi
 from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from localpv.kube.events import WARNING, EventRecorder
+from localpv.kube.objects import Obj, pv_host_path
 from localpv.kube.resources import NODES, PERSISTENT_VOLUMES
 from localpv.naming import (
     HOSTNAME_LABEL_KEY,

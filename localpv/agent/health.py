@@ -20,14 +20,11 @@ import enum
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from localpv.agent.journal import JournalEntry
-from localpv.agent.reconcile import claim_event_target
 from localpv.config import ProvisionerConfig
 from localpv.host.scan import Entry, EntryKind
-
-Obj = dict[str, Any]
+from localpv.kube.objects import Obj, claim_event_target, pv_host_path
 
 #: The phases in which a PV's volume is someone's (Bound) or about to be (Available).
 WATCHED_PHASES = ("Bound", "Available")
@@ -69,10 +66,6 @@ class Assessment:
     baselines: Mapping[str, int]
 
 
-def _pv_path(pv: Obj) -> str | None:
-    path = ((pv.get("spec") or {}).get("local") or {}).get("path")
-    return str(path).rstrip("/") if path else None
-
 
 def assess(
     config: ProvisionerConfig,
@@ -93,7 +86,7 @@ def assess(
     for pv in pvs:
         meta = pv.get("metadata") or {}
         phase = str((pv.get("status") or {}).get("phase") or "")
-        path = _pv_path(pv)
+        path = pv_host_path(pv)
         cls = config.classes.get(str((pv.get("spec") or {}).get("storageClassName") or ""))
         if phase not in WATCHED_PHASES or path is None or cls is None or meta.get("deletionTimestamp"):
             continue

@@ -22,9 +22,10 @@ from localpv.agent.proctable import DEFAULT_RETRY_BACKOFF
 from localpv.agent.reconcile import FAILED, RUNNING, SUCCEEDED, CleanupStatus, StartCleanup
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig
-from localpv.kube.api import KubeApi, Obj
+from localpv.kube.api import KubeApi
 from localpv.kube.errors import AlreadyExists, ApiError, Backoff, NotFound
 from localpv.kube.informer import Informer
+from localpv.kube.objects import Obj
 from localpv.kube.resources import JOBS
 from localpv.naming import HOSTNAME_LABEL_KEY, cleanup_job_name, job_volume_name
 

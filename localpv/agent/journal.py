@@ -33,6 +33,7 @@ file is the old or the new version, never a torn one.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
@@ -43,11 +44,20 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-OFFERED = "offered"
-USED = "used"
-CLEANING = "cleaning"
-CLEAN = "clean"
-STATES = (OFFERED, USED, CLEANING, CLEAN)
+class JournalState(enum.StrEnum):
+    """A volume's state in the journal (its JSON spelling is the value)."""
+
+    OFFERED = "offered"
+    USED = "used"
+    CLEANING = "cleaning"
+    CLEAN = "clean"
+
+
+OFFERED = JournalState.OFFERED
+USED = JournalState.USED
+CLEANING = JournalState.CLEANING
+CLEAN = JournalState.CLEAN
+STATES = tuple(JournalState)
 FORMAT_VERSION = 2
 #: Version 1 had no ``ident``/``pv_uid`` and no recovery flag; it is read and upgraded.
 READABLE_VERSIONS = (1, 2)
@@ -59,7 +69,7 @@ class JournalEntry:
 
     pv: str
     cls: str
-    state: str
+    state: JournalState
     since: float
     #: UID of the claim the volume was last seen bound to ("" if none): a clean volume whose
     #: PV later names another claim was used again, even if no pass saw it Bound.
@@ -79,7 +89,7 @@ class JournalEntry:
     #: the file; the record then learns it again, see docs/operations.md).
     identity: str = ""
 
-    def with_state(self, state: str, now: float) -> JournalEntry:
+    def with_state(self, state: JournalState, now: float) -> JournalEntry:
         return replace(self, state=state, since=now)
 
 
@@ -151,13 +161,13 @@ class Journal:
                 raise JournalError(f"{path}: unsupported journal version {doc.get('version')!r}{_ADVICE}")
             entries = {}
             for host_path, raw in doc["volumes"].items():
-                entry = JournalEntry(pv=str(raw["pv"]), cls=str(raw["cls"]), state=str(raw["state"]),
+                if raw["state"] not in STATES:
+                    raise JournalError(f"{path}: {host_path}: unknown state {raw['state']!r}{_ADVICE}")
+                entry = JournalEntry(pv=str(raw["pv"]), cls=str(raw["cls"]), state=JournalState(raw["state"]),
                                      since=float(raw["since"]), claim=str(raw.get("claim", "")),
                                      pv_uid=str(raw.get("pv_uid", "")), ident=str(raw.get("ident", "")),
                                      claim_name=str(raw.get("claim_name", "")),
                                      identity=str(raw.get("identity", "")))
-                if entry.state not in STATES:
-                    raise JournalError(f"{path}: {host_path}: unknown state {entry.state!r}{_ADVICE}")
                 entries[host_path] = entry
             return entries, bool(doc.get("recovering", False))
         except JournalError:

@@ -28,23 +28,18 @@ from localpv.agent.metrics import AgentMetrics
 from localpv.agent.phases import ReleasedTracker
 from localpv.agent.proctable import DEFAULT_RETRY_BACKOFF, ProcTable
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
-from localpv.agent.reconcile import (
-    CleanupStatus,
-    Plan,
-    World,
-    plan,
-    pv_host_path,
-)
+from localpv.agent.reconcile import CleanupStatus, Plan, World, plan
 from localpv.clock import Clock, SystemClock
 from localpv.config import ConfigError, ProvisionerConfig, load_config
 from localpv.host.cleaner import ProcessRecords
 from localpv.host.mounts import mount_points, read_mountinfo
 from localpv.host.probes import default_probes
 from localpv.host.scan import HUNG_STORAGE, Entry, ScanError, scan_directory
-from localpv.kube.api import KubeApi, Obj
+from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.kube.events import WARNING, EventRecorder
 from localpv.kube.informer import Informer, jittered_period
+from localpv.kube.objects import Obj, pv_host_path
 from localpv.kube.resources import NODES, PERSISTENT_VOLUMES, STORAGE_CLASSES
 from localpv.naming import (
     HOSTNAME_LABEL_KEY,

@@ -14,11 +14,12 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from localpv.kube.api import Obj
+from localpv.kube import objects as k8s
+from localpv.kube.objects import PV_PHASES, Obj
 
-#: The phases a PV reports (``status.phase``), each exported even at 0 so that a panel or an
-#: alert sees a phase appear rather than a series being born.
-PHASES = ("Pending", "Available", "Bound", "Released", "Failed")
+#: The phases a PV reports, each exported even at 0 so that a panel or an alert sees a phase
+#: appear rather than a series being born.
+PHASES = PV_PHASES
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,14 @@ class ReleasedTracker:
         seen: set[str] = set()
         with self._lock:
             for pv in pvs:
-                cls = str((pv.get("spec") or {}).get("storageClassName") or "")
-                phase = str((pv.get("status") or {}).get("phase") or "Pending")
+                cls = k8s.pv_class(pv)
+                phase = k8s.pv_phase(pv) or "Pending"
                 counts[(cls, phase)] = counts.get((cls, phase), 0) + 1
                 if phase != "Released":
                     continue
-                uid = str((pv.get("metadata") or {}).get("uid") or "")
-                seen.add(uid)
-                since = self._since.setdefault(uid, now)
+                pv_uid = k8s.uid(pv)
+                seen.add(pv_uid)
+                since = self._since.setdefault(pv_uid, now)
                 released_for[cls] = max(released_for.get(cls, 0.0), now - since)
             for uid in set(self._since) - seen:  # deleted, or bound/available again
                 del self._since[uid]

@@ -33,32 +33,48 @@ The rules, in order of precedence for each volume path:
 from __future__ import annotations
 
 import contextlib
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from localpv.agent.journal import CLEAN, CLEANING, OFFERED, USED, JournalEntry, detached_key, is_detached
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo, VolumeSpec, build_pv
 from localpv.config import ClassConfig, ProvisionerConfig
 from localpv.host.scan import Entry, EntryKind
 from localpv.kube.events import NORMAL, WARNING
+from localpv.kube.objects import (
+    Obj,
+    claim_event_target,
+    pv_claim_name,
+    pv_claim_uid,
+    pv_host_path,
+    pv_is_claimed,
+    pv_phase,
+)
+from localpv.kube.objects import meta as pv_meta
 from localpv.naming import parse_quantity, pv_name, round_capacity
-
-Obj = dict[str, Any]
 
 #: Start times travel through Job annotations (microseconds); allow for that rounding.
 CLOCK_TOLERANCE = 0.001
 
-RUNNING = "running"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
+class CleanupState(enum.StrEnum):
+    """Where a cleanup of a volume is (threads and Jobs report the same states)."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+RUNNING = CleanupState.RUNNING
+SUCCEEDED = CleanupState.SUCCEEDED
+FAILED = CleanupState.FAILED
 
 
 @dataclass(frozen=True)
 class CleanupStatus:
     """What the cleanup tracker (threads or Jobs) knows about one volume."""
 
-    state: str
+    state: CleanupState
     started: float
     pv_uid: str | None = None
     finished: float | None = None
@@ -213,23 +229,12 @@ class Plan:
 # --------------------------------------------------------------------------- helpers
 
 
-def pv_meta(pv: Obj) -> Obj:
-    return pv.get("metadata") or {}
 
 
-def pv_host_path(pv: Obj) -> str | None:
-    local = (pv.get("spec") or {}).get("local") or {}
-    path = local.get("path")
-    return str(path).rstrip("/") if path else None
 
 
-def pv_phase(pv: Obj) -> str:
-    return str((pv.get("status") or {}).get("phase") or "")
 
 
-def pv_is_claimed(pv: Obj) -> bool:
-    """Bound, Released, or at least reserved for a claim: its volume may hold data."""
-    return bool((pv.get("spec") or {}).get("claimRef")) or pv_phase(pv) in ("Bound", "Released")
 
 
 #: The PV controller's mark on a PV it bound to a claim. It stays when the claimRef is
@@ -306,14 +311,8 @@ def _set(journal: dict[str, JournalEntry], out: Plan, path: str, entry: JournalE
     out.journal[path] = entry
 
 
-def pv_claim_uid(pv: Obj) -> str:
-    return str(((pv.get("spec") or {}).get("claimRef") or {}).get("uid") or "")
 
 
-def pv_claim_name(pv: Obj) -> str:
-    """``namespace/name`` of the claim the PV's claimRef names, "" if none."""
-    ref = (pv.get("spec") or {}).get("claimRef") or {}
-    return f"{ref.get('namespace') or ''}/{ref['name']}" if ref.get("name") else ""
 
 
 def _track_usage(world: World, journal: dict[str, JournalEntry], out: Plan) -> None:
@@ -759,14 +758,6 @@ def _live(pv: Obj) -> bool:
     return (pv_is_claimed(pv) and pv_phase(pv) != "Released") or (retain and pv_is_claimed(pv))
 
 
-def claim_event_target(pv: Obj) -> Obj | None:
-    """The live claim a PV is bound (or being bound) to, as an event target, so that
-    ``kubectl describe pvc`` shows what is said about its volume; None once it is Released."""
-    ref = (pv.get("spec") or {}).get("claimRef") or {}
-    if not ref.get("name") or not ref.get("namespace") or pv_phase(pv) == "Released":
-        return None
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": ref["name"], "namespace": ref["namespace"], "uid": ref.get("uid") or ""}}
 
 
 #: What an operator does about a held volume, said with every mismatch.

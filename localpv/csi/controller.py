@@ -37,10 +37,11 @@ from localpv.csi.journal import ImageJournal, ImageRecord, ImageState
 from localpv.csi.metrics import DynamicMetrics
 from localpv.csi.pools import Pool, PoolState
 from localpv.csi.volume import POOL
-from localpv.kube.api import KubeApi, Obj
+from localpv.kube.api import KubeApi
 from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from localpv.kube.events import NORMAL, WARNING, EventRecorder
 from localpv.kube.informer import Informer, object_key
+from localpv.kube.objects import Obj
 from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES
 from localpv.kube.workqueue import ItemBackoff, WorkQueue
 from localpv.naming import NODE_LABEL_KEY, node_label_value

@@ -23,9 +23,9 @@ from localpv.csi.images import FsType, ImageError, Provisioning
 from localpv.csi.journal import ImageState
 from localpv.csi.pools import PoolState
 from localpv.csi.volume import POOL
-from localpv.kube.api import Obj
 from localpv.kube.errors import ApiError, NotFound
 from localpv.kube.events import NORMAL, WARNING
+from localpv.kube.objects import Obj
 from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
 from localpv.naming import format_binary_quantity
 

@@ -12,11 +12,11 @@ reclaim policy and mount options from the class, pre-bound to the claim.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from localpv.config.dynamic import DynamicClass
 from localpv.csi.images import MIN_SIZE, FsType, Provisioning
 from localpv.csi.volume import FS_UUID, NODE, POOL, PROVISIONING
+from localpv.kube.objects import Obj
 from localpv.naming import (
     HOSTNAME_LABEL_KEY,
     NODE_LABEL_KEY,
@@ -24,8 +24,6 @@ from localpv.naming import (
     node_label_value,
     parse_quantity,
 )
-
-Obj = dict[str, Any]
 
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"

@@ -58,12 +58,12 @@ from localpv.kube.errors import (
     error_from_response,
     transport_error,
 )
+from localpv.kube.objects import Obj
 from localpv.kube.ratelimit import RateLimiter, TokenBucket
 from localpv.kube.resources import Resource
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 #: One page of a list: its items and the list's resourceVersion.
 Page = tuple[list[Obj], str]
 

@@ -19,8 +19,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from localpv.clock import Clock, SystemClock
-from localpv.kube.api import KubeApi, Obj
+from localpv.kube.api import KubeApi
 from localpv.kube.errors import ApiError, NotFound
+from localpv.kube.objects import Obj
 from localpv.kube.resources import EVENTS
 
 log = logging.getLogger(__name__)

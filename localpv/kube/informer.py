@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from localpv.clock import Clock, SystemClock
-from localpv.kube.api import KubeApi, Obj, WatchStream
+from localpv.kube.api import KubeApi, WatchStream
 from localpv.kube.errors import NO_RETRY, ApiError, Backoff, BadResponse, Gone, Retryable, classify_status
+from localpv.kube.objects import Obj
 from localpv.kube.resources import Resource
 
 log = logging.getLogger(__name__)

@@ -29,9 +29,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from localpv.clock import Clock, SystemClock
-from localpv.kube.api import KubeApi, Obj
+from localpv.kube.api import KubeApi
 from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from localpv.kube.events import NORMAL, EventRecorder
+from localpv.kube.objects import Obj
 from localpv.kube.resources import LEASES
 
 log = logging.getLogger(__name__)

@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from localpv.clock import Clock, SystemClock
-from localpv.kube.api import KubeApi, Obj
+from localpv.kube.api import KubeApi
 from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from localpv.kube.events import NORMAL, WARNING, EventRecorder
 from localpv.kube.informer import Informer, object_key
+from localpv.kube.objects import Obj
 from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES
 from localpv.kube.workqueue import ItemBackoff, WorkQueue
 from localpv.naming import PROVISIONED_BY_ANNOTATION

@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypedDict
 
-from localpv.kube.api import Obj
+from localpv.kube.objects import Obj
 from localpv.nfs.export import Export, UnsafeDirectory
 from localpv.nfs.pathpattern import RESERVED_DIRECTORY
 

@@ -30,9 +30,10 @@ import posixpath
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from localpv.kube.events import NORMAL, WARNING
+from localpv.kube.objects import Obj
 from localpv.nfs import params
 from localpv.nfs.export import Export, UnsafeDirectory
 from localpv.nfs.ownership import (
@@ -58,8 +59,6 @@ from localpv.nfs.pathpattern import (
 )
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 NFS_PATH_FIELD = "spec.nfs.path"
 

@@ -42,10 +42,12 @@ from typing import Any
 
 from localpv.clock import Clock, SystemClock
 from localpv.config import format_go_duration
-from localpv.kube.api import KubeApi, Obj
+from localpv.kube import objects as k8s
+from localpv.kube.api import KubeApi
 from localpv.kube.errors import ApiError, Conflict, NotFound
 from localpv.kube.events import WARNING, EventRecorder
 from localpv.kube.informer import Informer
+from localpv.kube.objects import Obj
 from localpv.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
 from localpv.kube.workqueue import ItemBackoff, WorkQueue
 from localpv.naming import HOSTNAME_LABEL_KEY, node_label_value
@@ -110,25 +112,9 @@ def nodes_all_gone(pv: Obj, node_exists: NodeExists) -> bool:
     return bool(names) and not any(node_exists(name) for name in sorted(names))
 
 
-def claim_ref(pv: Obj) -> Obj | None:
-    ref = (pv.get("spec") or {}).get("claimRef")
-    return ref if isinstance(ref, dict) and ref.get("name") else None
 
 
-def _deleting(obj: Obj) -> bool:
-    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
-
-def _phase(pv: Obj) -> str:
-    return str((pv.get("status") or {}).get("phase") or "")
-
-
-def _uid(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("uid") or "")
-
-
-def _name(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 def claim_cleanup_blocker(pv: Obj, class_names: Iterable[str], node_exists: NodeExists) -> str | None:
@@ -138,9 +124,9 @@ def claim_cleanup_blocker(pv: Obj, class_names: Iterable[str], node_exists: Node
     """
     if not is_opted_in_local_pv(pv, class_names):
         return "not a local volume of an opted-in StorageClass"
-    if claim_ref(pv) is None:
+    if k8s.pv_claim_ref(pv) is None:
         return "volume has no claim"
-    if _phase(pv) == "Released":
+    if k8s.pv_phase(pv) == "Released":
         return "volume is released: its claim is gone already"
     if not nodes_all_gone(pv, node_exists):
         return "a node of the volume's affinity exists (or no node is named)"
@@ -157,11 +143,11 @@ def claim_deletion_blocker(
         return reason
     if pvc is None:
         return "claim no longer exists"
-    if (pvc.get("spec") or {}).get("volumeName") != _name(pv):
+    if (pvc.get("spec") or {}).get("volumeName") != k8s.name(pv):
         return "claim is bound to another volume"
-    if _uid(pvc) != str((claim_ref(pv) or {}).get("uid") or ""):
+    if k8s.uid(pvc) != str((k8s.pv_claim_ref(pv) or {}).get("uid") or ""):
         return "claim was replaced (UID differs from the volume's claimRef)"
-    if _deleting(pvc):
+    if k8s.deleting(pvc):
         return "claim is being deleted already"
     return None
 
@@ -176,15 +162,15 @@ def stale_pv_blocker(
     """
     if not is_opted_in_local_pv(pv, class_names):
         return "not a local volume of an opted-in StorageClass"
-    if _deleting(pv):
+    if k8s.deleting(pv):
         return "volume is being deleted already"
-    phase = _phase(pv)
+    phase = k8s.pv_phase(pv)
     policy = (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy")
     if not (phase == "Available" or (phase == "Released" and policy == "Delete")):
         return f"volume is {phase or 'without phase'} with reclaim policy {policy}"
     if not nodes_all_gone(pv, node_exists):
         return "a node of the volume's affinity exists (or no node is named)"
-    ref = claim_ref(pv)
+    ref = k8s.pv_claim_ref(pv)
     if ref is not None and claim_exists(ref):
         return "its claim still exists (the claim is freed first)"
     return None
@@ -252,7 +238,7 @@ class ClusterView:
 
     def claim_exists(self, ref: Obj) -> bool:
         pvc = self.claim(ref)
-        return pvc is not None and (not ref.get("uid") or _uid(pvc) == ref.get("uid"))
+        return pvc is not None and (not ref.get("uid") or k8s.uid(pvc) == ref.get("uid"))
 
 
 # ---------------------------------------------------------------------------- controller
@@ -384,14 +370,14 @@ class NodeCleanupController:
 
     def _on_node_change(self, kind: str, old: Obj | None, new: Obj | None) -> None:
         if kind == "DELETED":
-            log.info("node %s deleted: looking for volumes left behind", _name(old or {}))
+            log.info("node %s deleted: looking for volumes left behind", k8s.name(old or {}))
             self._rescan.set()
 
     def schedule_claim_cleanups(self) -> None:
         """Schedule the claim of every PV that the cache proposes and the API confirms."""
         classes, pending = self.options.storage_class_names, self.scheduled()
         for pv in self.pvs.list():
-            if _name(pv) in pending:
+            if k8s.name(pv) in pending:
                 continue
             if claim_cleanup_blocker(pv, classes, self.view.node_in_cache) is not None:
                 continue
@@ -400,7 +386,7 @@ class NodeCleanupController:
         self.scans += 1
 
     def _schedule(self, pv: Obj) -> None:
-        name, ref, delay = _name(pv), claim_ref(pv) or {}, self.options.pvc_deletion_delay
+        name, ref, delay = k8s.name(pv), k8s.pv_claim_ref(pv) or {}, self.options.pvc_deletion_delay
         with self._lock:
             self._scheduled[name] = self.clock.monotonic() + delay
         self.queue.add_after(name, delay)
@@ -435,7 +421,7 @@ class NodeCleanupController:
         pv = self.view.pv(pv_name)
         if pv is None:
             return "volume no longer exists"
-        ref = claim_ref(pv)
+        ref = k8s.pv_claim_ref(pv)
         pvc = self.view.claim(ref) if ref is not None else None
         reason = claim_deletion_blocker(pv, pvc, self.options.storage_class_names, self.view.node_exists)
         if reason is not None or pvc is None:
@@ -464,7 +450,7 @@ class NodeCleanupController:
         classes = self.options.storage_class_names
         for pv in self.pvs.list():
             if stale_pv_blocker(pv, classes, self.view.node_in_cache, _no_claim_cache) is None:
-                self._delete_stale_pv(_name(pv))
+                self._delete_stale_pv(k8s.name(pv))
         self.stale_passes += 1
         self._last_stale_pass = self.clock.monotonic()
 
@@ -479,7 +465,7 @@ class NodeCleanupController:
         if reason is not None or pv is None:
             log.info("volume %s kept: %s", name, reason)
             return
-        phase = _phase(pv)
+        phase = k8s.pv_phase(pv)
         meta = pv["metadata"]
         try:
             self.api.delete(PERSISTENT_VOLUMES, name, uid=meta.get("uid"), resource_version=meta.get("resourceVersion"))

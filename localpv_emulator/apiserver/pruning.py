@@ -75,6 +75,8 @@ MODELS: dict[tuple[str, str], str] = {
     ("v1", "ServiceAccount"): "V1ServiceAccount",
     ("v1", "Endpoints"): "V1Endpoints",
     ("storage.k8s.io/v1", "StorageClass"): "V1StorageClass",
+    ("storage.k8s.io/v1", "CSIDriver"): "V1CSIDriver",
+    ("storage.k8s.io/v1", "CSINode"): "V1CSINode",
     ("batch/v1", "Job"): "V1Job",
     ("coordination.k8s.io/v1", "Lease"): "V1Lease",
     ("events.k8s.io/v1", "Event"): "EventsV1Event",

@@ -20,8 +20,9 @@ from localpv.csi.journal import ImageJournal, ImageRecord, ImageState
 from localpv.csi.metrics import DynamicMetrics
 from localpv.csi.pools import Pool
 from localpv.csi.volume import FS_UUID, NODE, POOL
-from localpv.kube.api import KubeApi, Obj
+from localpv.kube.api import KubeApi
 from localpv.kube.events import EventRecorder
+from localpv.kube.objects import Obj
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import claim, node, storage_class
 from tests.conftest import wait_for

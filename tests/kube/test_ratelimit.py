@@ -136,7 +136,8 @@ def test_the_long_running_commands_take_qps_and_burst(command: str, rate: Any) -
 def test_node_cleanup_builds_its_api_with_the_limiter_from_the_environment(monkeypatch: pytest.MonkeyPatch,
                                                                             srv: ScriptedServer) -> None:
     import localpv.kube.client as kube_client
-    from localpv.agent import nodecleanup
+    from localpv.nodecleanup import app as nodecleanup_app
+    from localpv.nodecleanup import controller as nodecleanup
 
     seen: list[KubeApi] = []
 
@@ -150,8 +151,14 @@ def test_node_cleanup_builds_its_api_with_the_limiter_from_the_environment(monke
         def stop(self) -> None:
             pass
 
+        def ready(self) -> tuple[bool, str]:
+            return False, "stub"
+
+        def healthy(self) -> tuple[bool, str]:
+            return True, "stub"
+
     monkeypatch.setattr(kube_client, "make_api_client", lambda *a, **k: srv.api_client())
-    monkeypatch.setattr(nodecleanup, "NodeCleanupController", Stub)
+    monkeypatch.setattr(nodecleanup_app, "NodeCleanupController", Stub)
     result = CliRunner().invoke(cli, ["node-cleanup", "--listen-address", ""],
                                 env={"LOCALPV_KUBE_API_QPS": "7.5", "LOCALPV_KUBE_API_BURST": "11"})
     assert result.exit_code == 1 and "stub: stop here" in result.output

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from localpv.clock import Clock
-from localpv.kube.api import KubeApi, Obj
+from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.kube.events import RecordedEvent
+from localpv.kube.objects import Obj
 from localpv.kube.workqueue import ItemBackoff
 from localpv.naming import PROVISIONED_BY_ANNOTATION
 from localpv.nfs.app import NfsOptions, NfsReplica

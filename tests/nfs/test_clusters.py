@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from localpv.kube.api import KubeApi, Obj
+from localpv.kube.api import KubeApi
 from localpv.kube.errors import NotFound
+from localpv.kube.objects import Obj
 from localpv.kube.resources import Resource
 from localpv.nfs.cluster import ClusterIdUnavailable, read_cluster_id
 from localpv.nfs.ownership import RECORD_FILE, cluster_id_problem, record_location

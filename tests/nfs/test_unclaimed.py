@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from localpv.kube.api import KubeApi, Obj
+from localpv.kube.api import KubeApi
+from localpv.kube.objects import Obj
 from localpv.kube.resources import PERSISTENT_VOLUMES
 from localpv_emulator.binder import PVBinder
 from tests.conftest import wait_for

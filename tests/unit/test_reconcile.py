@@ -32,14 +32,11 @@ from localpv.agent.reconcile import (
     StartCleanup,
     World,
     plan,
-    pv_claim_uid,
-    pv_host_path,
-    pv_is_claimed,
-    pv_phase,
 )
 from localpv.config import ProvisionerConfig, parse_config
 from localpv.host.scan import Entry, EntryKind
 from localpv.kube.events import NORMAL, WARNING
+from localpv.kube.objects import pv_claim_uid, pv_host_path, pv_is_claimed, pv_phase
 from localpv.naming import HOSTNAME_LABEL_KEY, GiB, MiB, provisioner_name, pv_name, round_capacity
 
 Obj = dict[str, Any]
