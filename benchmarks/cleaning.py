@@ -27,8 +27,8 @@ from pathlib import Path
 import psutil
 
 from localpv.agent.cleaning import block_cleaner, filesystem_cleaner, packaged_scripts_dir
+from localpv.agent.model import RUNNING
 from localpv.agent.proctable import ProcTable
-from localpv.agent.reconcile import RUNNING
 from tests.support.hostfs import LoopDevices, Mounter
 
 MiB = 1 << 20

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localpv.agent.journal import Journal
+from localpv.agent.model import Plan, World
+from localpv.agent.planner import plan
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
-from localpv.agent.reconcile import Plan, World, plan
 from localpv.config import ProvisionerConfig
 from localpv.host.mounts import mount_points
 from localpv.host.scan import Entry, ScanError, scan_directory

@@ -1,6 +1,6 @@
 """Carrying out a reconcile plan: the API calls, cleanups and journal updates it asks for.
 
-The planner (:mod:`localpv.agent.reconcile`) decides; this module acts, and turns what
+The planner (:mod:`localpv.agent.planner`) decides; this module acts, and turns what
 the world answers back into journal records, events and metrics: a create that finds the
 name taken (cache lag, an unlabelled PV of ours, or a hash collision), a PV that vanished
 before its volume was cleaned, a delete racing someone else's. It also holds the few
@@ -19,9 +19,7 @@ from localpv.agent.cleaning import block_cleaner, filesystem_cleaner
 from localpv.agent.jobs import JobCleaner
 from localpv.agent.journal import CLEANING, Journal
 from localpv.agent.metrics import AgentMetrics
-from localpv.agent.proctable import ProcTable
-from localpv.agent.pvbuilder import NodeInfo
-from localpv.agent.reconcile import (
+from localpv.agent.model import (
     FAILED,
     CleanupStatus,
     ConfirmOrphan,
@@ -34,6 +32,8 @@ from localpv.agent.reconcile import (
     Skipped,
     StartCleanup,
 )
+from localpv.agent.proctable import ProcTable
+from localpv.agent.pvbuilder import NodeInfo
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig
 from localpv.host.cleaner import ProcessRecords

@@ -7,7 +7,7 @@ deletes it, a failed Job here is reported (event, metric), deleted after a backo
 created again; the volume stays unavailable meanwhile.
 
 State comes from a Job informer filtered to this node's cleanup Jobs, and is exposed
-in the same :class:`~localpv.agent.reconcile.CleanupStatus` shape as the in-process
+in the same :class:`~localpv.agent.model.CleanupStatus` shape as the in-process
 :class:`~localpv.agent.proctable.ProcTable`, so the planner does not care which is used.
 """
 
@@ -18,8 +18,8 @@ import shlex
 from datetime import UTC, datetime
 from typing import Any
 
+from localpv.agent.model import FAILED, RUNNING, SUCCEEDED, CleanupStatus, StartCleanup
 from localpv.agent.proctable import DEFAULT_RETRY_BACKOFF
-from localpv.agent.reconcile import FAILED, RUNNING, SUCCEEDED, CleanupStatus, StartCleanup
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig
 from localpv.kube.api import KubeApi

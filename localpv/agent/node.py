@@ -3,7 +3,7 @@
 One thread runs reconcile passes. A pass is triggered by a mount-table change, a block
 device uevent, a change in this node's PVs or StorageClasses, a finished cleanup, a
 configuration reload - or, as a safety net, ``discovery_period`` after the previous
-pass. Each pass snapshots the host, asks :func:`localpv.agent.reconcile.plan` what to do,
+pass. Each pass snapshots the host, asks :func:`localpv.agent.planner.plan` what to do,
 writes the journal changes durably, then hands the plan to the
 :class:`~localpv.agent.executor.Executor`. All decisions live in the planner, all side
 effects in the executor; this module wires them up and keeps the loop going.
@@ -25,10 +25,11 @@ from localpv.agent.health import HealthReporter, assess
 from localpv.agent.jobs import JobCleaner
 from localpv.agent.journal import Journal
 from localpv.agent.metrics import AgentMetrics
+from localpv.agent.model import CleanupStatus, Plan, World
 from localpv.agent.phases import ReleasedTracker
+from localpv.agent.planner import plan
 from localpv.agent.proctable import DEFAULT_RETRY_BACKOFF, ProcTable
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
-from localpv.agent.reconcile import CleanupStatus, Plan, World, plan
 from localpv.clock import Clock, SystemClock
 from localpv.config import ConfigError, ProvisionerConfig, load_config
 from localpv.host.cleaner import ProcessRecords

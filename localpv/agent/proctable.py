@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from localpv.agent.reconcile import FAILED, RUNNING, SUCCEEDED, CleanupStatus
+from localpv.agent.model import FAILED, RUNNING, SUCCEEDED, CleanupStatus
 from localpv.clock import Clock, SystemClock
 from localpv.kube.errors import Backoff
 

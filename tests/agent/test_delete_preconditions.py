@@ -11,7 +11,7 @@ the plan saw, as the retract of an unclaimed PV does.
 
 from __future__ import annotations
 
-from localpv.agent.reconcile import SUCCEEDED, CleanupStatus, DeletePV
+from localpv.agent.model import SUCCEEDED, CleanupStatus, DeletePV
 from localpv.kube.resources import PERSISTENT_VOLUMES
 from tests.agent.conftest import AgentEnv
 from tests.agent.test_double_delete import _released_pv

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from localpv.agent.reconcile import SUCCEEDED, CleanupStatus, DeletePV
+from localpv.agent.model import SUCCEEDED, CleanupStatus, DeletePV
 from localpv.kube.resources import JOBS, PERSISTENT_VOLUMES
 from localpv.naming import cleanup_job_name
 from tests.agent.conftest import AgentEnv

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from localpv.agent.jobs import build_cleanup_job
-from localpv.agent.reconcile import StartCleanup
+from localpv.agent.model import StartCleanup
 from localpv.config import ClassConfig, ProvisionerConfig
 from tests.support.hostfs import LoopDevice, Mounter
 

@@ -11,8 +11,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from localpv.agent.model import World
+from localpv.agent.planner import plan
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
-from localpv.agent.reconcile import World, plan
 from localpv.config import parse_config
 from localpv.host.scan import scan_directory
 from localpv.naming import pv_name

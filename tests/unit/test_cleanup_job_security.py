@@ -7,7 +7,7 @@ must open block devices and delete files owned by any tenant, so the Job asks fo
 from __future__ import annotations
 
 from localpv.agent.jobs import build_cleanup_job
-from localpv.agent.reconcile import StartCleanup
+from localpv.agent.model import StartCleanup
 from localpv.config import ClassConfig, ProvisionerConfig
 
 

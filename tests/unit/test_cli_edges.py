@@ -125,8 +125,8 @@ class _Journal:
 
 def _collision_message(other: dict[str, object]) -> str:
     from localpv.agent.executor import Executor
+    from localpv.agent.model import CreatePV
     from localpv.agent.pvbuilder import NodeInfo
-    from localpv.agent.reconcile import CreatePV
 
     executor = object.__new__(Executor)
     recorder = _Recorder()

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from localpv.agent.model import FAILED, RUNNING, SUCCEEDED, CleanupStatus
 from localpv.agent.proctable import CleanOutcome, ProcTable
-from localpv.agent.reconcile import FAILED, RUNNING, SUCCEEDED, CleanupStatus
 from localpv.clock import ManualClock
 from localpv.kube.errors import Backoff
 from tests.conftest import wait_for

@@ -20,8 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localpv.agent.journal import CLEAN, CLEANING, OFFERED, STATES, USED, JournalEntry
-from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo, VolumeSpec, build_pv
-from localpv.agent.reconcile import (
+from localpv.agent.model import (
     FAILED,
     RUNNING,
     SUCCEEDED,
@@ -31,8 +30,9 @@ from localpv.agent.reconcile import (
     Plan,
     StartCleanup,
     World,
-    plan,
 )
+from localpv.agent.planner import plan
+from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo, VolumeSpec, build_pv
 from localpv.config import ProvisionerConfig, parse_config
 from localpv.host.scan import Entry, EntryKind
 from localpv.kube.events import NORMAL, WARNING

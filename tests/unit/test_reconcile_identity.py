@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from localpv.agent.journal import CLEAN, CLEANING, OFFERED, USED, JournalEntry
-from localpv.agent.reconcile import ConfirmOrphan, World, plan
+from localpv.agent.model import ConfirmOrphan, World
+from localpv.agent.planner import plan
 from localpv.host.scan import Entry, EntryKind
 from localpv.kube.events import WARNING
 from localpv.naming import GiB

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from localpv.agent.journal import CLEAN, CLEANING, OFFERED, USED, JournalEntry, detached_key
-from localpv.agent.reconcile import Plan, World, plan
+from localpv.agent.model import Plan, World
+from localpv.agent.planner import plan
 from localpv.host.identity import Identity
 from localpv.host.scan import Entry, EntryKind
 from localpv.naming import GiB

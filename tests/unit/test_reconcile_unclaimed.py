@@ -15,7 +15,8 @@ from dataclasses import replace
 import pytest
 
 from localpv.agent.journal import CLEAN, CLEANING, OFFERED, USED, JournalEntry
-from localpv.agent.reconcile import FAILED, SUCCEEDED, World, plan
+from localpv.agent.model import FAILED, SUCCEEDED, World
+from localpv.agent.planner import plan
 from localpv.kube.events import WARNING
 from tests.unit.test_reconcile import (
     CLAIM_NAME,
