@@ -40,7 +40,7 @@ def doctor(config_path: str, node_name: str | None, namespace: str, kubeconfig: 
     --kubeconfig. Each problem is printed with its fix.
     """
 
-    from localpv.agent.status import StatusUnavailable, fetch_status
+    from localpv.cli.statusclient import StatusUnavailable, fetch_status
     from localpv.config import ConfigError, load_config
     from localpv.doctor import AgentFacts, diagnose, failed, gather_cluster, gather_host, render
 

@@ -22,7 +22,7 @@ def status(agent_url: str, output: str) -> None:
     """Show this node's volumes: PV, phase, claim, cleanup state and progress, skipped entries."""
     import json
 
-    from localpv.agent.status import StatusUnavailable, fetch_status, render_status
+    from localpv.cli.statusclient import StatusUnavailable, fetch_status, render_status
 
     try:
         doc = fetch_status(agent_url)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from localpv.glob import NamePattern
+from localpv.namepattern import NamePattern
 
 if TYPE_CHECKING:
     from localpv.config.dynamic import DynamicClass, PoolConfig

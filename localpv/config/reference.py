@@ -10,7 +10,7 @@ from localpv.config import dynamic
 from localpv.config.model import ClassConfig, ProvisionerConfig
 from localpv.config.schema import CLASS_KEYS, TOP_LEVEL_KEYS
 from localpv.config.values import format_go_duration
-from localpv.glob import NamePattern
+from localpv.namepattern import NamePattern
 
 
 def config_to_data(config: ProvisionerConfig) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from localpv.config.values import (
     _describe,
     _Problems,
 )
-from localpv.glob import BadPatternError, NamePattern
+from localpv.namepattern import BadPatternError, NamePattern
 from localpv.naming import (
     DNS1123_SUBDOMAIN_RE,
     SUBDOMAIN_RULE,

@@ -116,7 +116,7 @@ class Provisioned:
     notes: list[Note] = field(default_factory=list)
 
 
-class ClusterView(Protocol):
+class ClusterReader(Protocol):
     """The read-only cluster state a provisioner may consult (served from informer caches)."""
 
     def storage_class(self, name: str) -> Obj | None: ...
@@ -154,7 +154,7 @@ class NfsProvisioner:
 
     supports_block = False
 
-    def __init__(self, source: NfsSource, export: Export, view: ClusterView, *, cluster: str) -> None:
+    def __init__(self, source: NfsSource, export: Export, view: ClusterReader, *, cluster: str) -> None:
         self.source = source
         self.export = export
         self.view = view

@@ -184,7 +184,7 @@ def _no_claim_cache(ref: Obj) -> bool:
 # ---------------------------------------------------------------------------- cluster reads
 
 
-class ClusterView:
+class NodeCleanupLookups:
     """Node, PV and claim lookups: the informer cache first, the API server to confirm.
 
     Lookups raise :class:`ApiError` when the server cannot answer; :meth:`assume_node`
@@ -289,7 +289,7 @@ class NodeCleanupController:
         # controller's own delays and periods.
         self.nodes = Informer(api, NODES, on_change=self._on_node_change, name="node-cleanup-nodes")
         self.pvs = Informer(api, PERSISTENT_VOLUMES, name="node-cleanup-pvs")
-        self.view = ClusterView(api, self.nodes)
+        self.view = NodeCleanupLookups(api, self.nodes)
         self.queue = WorkQueue("node-cleanup", backoff=options.retry, clock=self.clock)
         #: Recent (PV name, what the claim path concluded), newest last: logs, tests, debugging.
         self.history: deque[tuple[str, str]] = deque(maxlen=1000)

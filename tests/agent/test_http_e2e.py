@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from localpv.agent.node import NodeAgent
-from localpv.agent.status import render_status
+from localpv.cli.statusclient import render_status
 from localpv.httpserver import StatusServer
 from localpv_emulator.objects import claim
 from tests.agent.conftest import AgentEnv

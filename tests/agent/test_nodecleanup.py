@@ -29,8 +29,8 @@ from localpv.kube.workqueue import ItemBackoff
 from localpv.nodecleanup.controller import (
     EVENT_COMPONENT,
     REFERENCED_NODE_DELETED,
-    ClusterView,
     NodeCleanupController,
+    NodeCleanupLookups,
     NodeCleanupOptions,
 )
 from localpv.nodecleanup.metrics import NodeCleanupMetrics
@@ -386,7 +386,7 @@ def test_probes_report_synced_caches_and_a_stuck_stale_loop(env: Env) -> None:
 def test_node_lookup_asks_the_server_when_the_cache_does_not_know(env: Env) -> None:
     env.apiserver.create(node("machine-7", labels={HOST: "n9"}))
     empty = Informer(env.api, NODES)  # never started: it knows no node
-    view = ClusterView(env.api, empty)
+    view = NodeCleanupLookups(env.api, empty)
     assert view.node_exists("n1") and view.node_exists("n9")
     assert not view.node_exists("n4")
     assert not view.node_exists("x" * 70)  # too long for a label value: no label query at all
@@ -400,7 +400,7 @@ def test_node_lookup_trusts_the_cache_for_existence(env: Env) -> None:
     nodes.start()
     try:
         wait_for(lambda: len(nodes) == 4, what="node cache")
-        view = ClusterView(env.api, nodes)
+        view = NodeCleanupLookups(env.api, nodes)
         env.apiserver.requests.clear()
         assert view.node_in_cache("n1") and view.node_in_cache("n9") and not view.node_in_cache("n4")
         assert view.node_exists("n9")

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localpv.glob import BadPatternError, NamePattern, compile_pattern
+from localpv.namepattern import BadPatternError, NamePattern, compile_pattern
 
 
 @pytest.mark.parametrize(

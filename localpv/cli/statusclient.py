@@ -1,4 +1,4 @@
-"""``localpv status``: the first command to run when a volume looks stuck.
+"""The `localpv status` client (and `localpv doctor`'s): reads the agent's view of its volumes.
 
 The agent serves its view at ``/status`` (JSON); this renders it as a table: each
 volume's path, PV, phase, claim, journal state, health (the abnormal conditions of a volume
