@@ -71,7 +71,7 @@ def bound(claims: int, base: Path) -> None:
         config = ProvisionerConfig(dynamic_pools={"fast": pool.config}, dynamic_classes={"dyn": DynamicClass("dyn",
                                                                                                           "fast")})
         api = KubeApi(server.api_client(), limiter=rate_limiter(AGENT_RATE.qps, AGENT_RATE.burst))
-        recorder = EventRecorder(api.with_own_budget(), component="bench")
+        recorder = EventRecorder(api.for_events(), component="bench")
         recorder.start()
         controller = DynamicController(api, DynamicSettings("node-1", "node-1"), config=lambda: config,
                                        pools=lambda: {"fast": pool}, journal=ImageJournal(base / "j.json"),

@@ -76,11 +76,11 @@ class AgentService:
 
 
 def run(process: AgentProcess, journal: Journal, *, api_client: Any, listener: socket.socket | str,
-        limiter: RateLimiter | None = None) -> None:
+        limiter: RateLimiter | None = None, event_limiter: RateLimiter | None = None) -> None:
     """Run the agent until SIGTERM/SIGINT. Raises :class:`~localpv.agent.node.AgentError` or
     :class:`~localpv.kube.errors.ApiError` when it cannot start (no Node, say)."""
     metrics = AgentMetrics()
-    api = KubeApi(api_client, observer=metrics.api.observe, limiter=limiter)
+    api = KubeApi(api_client, observer=metrics.api.observe, limiter=limiter, event_limiter=event_limiter)
     agent = NodeAgent(api, process.options, process.config, journal, metrics=metrics)
     service = AgentService(agent, api, metrics, process)
     serve(service, registry=metrics.registry, listener=listener, metrics_path=process.metrics_path,

@@ -200,7 +200,7 @@ class NodeAgent:
                                             use_node_name_only=config.use_node_name_only)
         if self._recorder is None:
             # Events have a rate budget of their own: they must not delay volume actions.
-            self._recorder = EventRecorder(self.api.with_own_budget(), component=self.provisioner, clock=self.clock)
+            self._recorder = EventRecorder(self.api.for_events(), component=self.provisioner, clock=self.clock)
         self.recorder.start()
         # The Job informer runs whenever Job cleaning is on at start; turning it on later
         # needs a restart (the DaemonSet rolls on config changes anyway).

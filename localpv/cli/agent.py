@@ -23,7 +23,7 @@ from localpv.cli.common import (
     refuse,
 )
 from localpv.cli.root import cli
-from localpv.kube.ratelimit import AGENT_RATE, rate_limiter
+from localpv.kube.ratelimit import AGENT_EVENT_RATE, AGENT_RATE, rate_limiter
 
 
 def state_dir_problem(path: str) -> str | None:
@@ -85,11 +85,11 @@ def state_dir_problem(path: str) -> str | None:
                    "and block-device events start one).")
 @click.option("--kubelet-dir", default="/var/lib/kubelet", show_default=True, envvar="LOCALPV_KUBELET_DIR",
               help="The kubelet's root directory (dynamic volumes: where the CSI and registration sockets go).")
-@kube_api_rate_options(AGENT_RATE)
+@kube_api_rate_options(AGENT_RATE, AGENT_EVENT_RATE)
 def agent(config_path: str, node_name: str, namespace: str, job_image: str | None, kubeconfig: str | None,
           listen_address: str, metrics_path: str, discovery_period: float, config_sync_period: float,
           state_dir: str, host_events: bool, volume_health_period: float, kubelet_dir: str, kube_api_qps: float,
-          kube_api_burst: int) -> None:
+          kube_api_burst: int, event_qps: float, event_burst: int) -> None:
     """Run the node agent (the DaemonSet entrypoint).
 
     Everything a user can get wrong is checked before any thread starts, each as one line
@@ -119,7 +119,7 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
     process = AgentProcess(options, loaded.config, kubelet_dir=kubelet_dir, metrics_path=metrics_path)
     try:
         run(process, journal, api_client=api_client, listener=listener,
-            limiter=rate_limiter(kube_api_qps, kube_api_burst))
+            limiter=rate_limiter(kube_api_qps, kube_api_burst), event_limiter=rate_limiter(event_qps, event_burst))
     except (AgentError, ApiError) as err:
         click.echo(f"error: {one_line(str(err))}", err=True)
         sys.exit(1)

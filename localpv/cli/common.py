@@ -44,9 +44,16 @@ KUBECONFIG_OPTION = click.option("--kubeconfig", envvar="KUBECONFIG", default=No
                                  help="Out-of-cluster kubeconfig (env KUBECONFIG).")
 
 
-def kube_api_rate_options(default: RateLimit) -> Callable[[FC], FC]:
-    """``--kube-api-qps`` / ``--kube-api-burst``: the process's one client-side rate limit."""
+def kube_api_rate_options(default: RateLimit, events: RateLimit) -> Callable[[FC], FC]:
+    """``--kube-api-qps`` / ``--kube-api-burst``: the process's client-side rate limit, and
+    ``--event-qps`` / ``--event-burst``: the events' own (the kubelet's flag names)."""
     def decorate(f: FC) -> FC:
+        f = click.option("--event-burst", default=events.burst, show_default=True, type=click.IntRange(min=1),
+                         envvar="LOCALPV_EVENT_BURST", help="Events the API server may get at once above "
+                                                            "--event-qps.")(f)
+        f = click.option("--event-qps", default=events.qps, show_default=True, type=click.FloatRange(min=0),
+                         envvar="LOCALPV_EVENT_QPS",
+                         help="Events per second, on top of --kube-api-qps (0: no limit).")(f)
         f = click.option("--kube-api-burst", default=default.burst, show_default=True, type=click.IntRange(min=1),
                          envvar="LOCALPV_KUBE_API_BURST",
                          help="Requests the API server may get at once above the QPS rate.")(f)

@@ -18,7 +18,7 @@ from localpv.cli.common import (
     one_line,
 )
 from localpv.cli.root import cli
-from localpv.kube.ratelimit import CONTROLLER_RATE, rate_limiter
+from localpv.kube.ratelimit import CONTROLLER_EVENT_RATE, CONTROLLER_RATE, rate_limiter
 from localpv.naming import (
     provisioner_name_problem,
     quote,
@@ -75,12 +75,12 @@ def _octal_mode(ctx: click.Context, param: click.Parameter, value: str) -> int:
               help="Leader election: the leader steps down when it cannot renew within this long.")
 @click.option("--retry-period", default="2s", show_default=True, callback=duration_param, envvar="LOCALPV_RETRY_PERIOD",
               help="Leader election: wait between attempts to acquire or renew the Lease.")
-@kube_api_rate_options(CONTROLLER_RATE)
+@kube_api_rate_options(CONTROLLER_RATE, CONTROLLER_EVENT_RATE)
 def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: str, kubeconfig: str | None,
         namespace: str | None, mount_dir: str, dir_mode: int, cluster_id: str, listen_address: str, workers: int,
         resync_period: float, retry_initial: float, retry_max: float, failed_provision_threshold: int,
         failed_delete_threshold: int, lease_duration: float, renew_deadline: float, retry_period: float,
-        kube_api_qps: float, kube_api_burst: int) -> None:
+        kube_api_qps: float, kube_api_burst: int, event_qps: float, event_burst: int) -> None:
     """Provision one subdirectory of an NFS export per claim (nfs-subdir-external-provisioner).
 
     Every setting is checked before anything starts; all problems are reported at once, one
@@ -148,7 +148,8 @@ def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: 
     listener = listen_or_exit(listen_address)
     try:
         code = run(options, api_client=api_client, listener=listener,
-                   limiter=rate_limiter(kube_api_qps, kube_api_burst))
+                   limiter=rate_limiter(kube_api_qps, kube_api_burst),
+                   event_limiter=rate_limiter(event_qps, event_burst))
     except ClusterIdUnavailable as err:
         fix = (f"set --cluster-id (or LOCALPV_CLUSTER_ID) to this cluster's id, the uid of namespace "
                f"{CLUSTER_NAMESPACE} or the id it had before a rebuild, or grant get on namespace "

@@ -16,7 +16,7 @@ from localpv.cli.common import (
     one_line,
 )
 from localpv.cli.root import cli
-from localpv.kube.ratelimit import CONTROLLER_RATE, rate_limiter
+from localpv.kube.ratelimit import CONTROLLER_EVENT_RATE, CONTROLLER_RATE, rate_limiter
 
 
 @cli.command("node-cleanup")
@@ -34,10 +34,11 @@ from localpv.kube.ratelimit import CONTROLLER_RATE, rate_limiter
 @click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
               help="Address for /metrics, /ready and /healthz (empty disables).")
 @METRICS_PATH_OPTION
-@kube_api_rate_options(CONTROLLER_RATE)
+@kube_api_rate_options(CONTROLLER_RATE, CONTROLLER_EVENT_RATE)
 def node_cleanup(storageclass_names: str, pvc_deletion_delay: float, stale_pv_discovery_interval: float,
                  resync: float, worker_threads: int, kubeconfig: str | None, listen_address: str,
-                 metrics_path: str, kube_api_qps: float, kube_api_burst: int) -> None:
+                 metrics_path: str, kube_api_qps: float, kube_api_burst: int, event_qps: float,
+                 event_burst: int) -> None:
     """Remove PVCs and PVs pinned to deleted Nodes (opt-in per StorageClass; data is never touched)."""
     from localpv.nodecleanup.app import run
     from localpv.nodecleanup.controller import NodeCleanupError, NodeCleanupOptions, parse_class_names
@@ -48,7 +49,7 @@ def node_cleanup(storageclass_names: str, pvc_deletion_delay: float, stale_pv_di
     listener = listen_or_exit(listen_address) if listen_address else None
     try:
         run(options, api_client=api_client, listener=listener, metrics_path=metrics_path,
-            limiter=rate_limiter(kube_api_qps, kube_api_burst))
+            limiter=rate_limiter(kube_api_qps, kube_api_burst), event_limiter=rate_limiter(event_qps, event_burst))
     except (ValueError, OSError, NodeCleanupError) as err:
         click.echo(f"error: {one_line(str(err))}", err=True)
         sys.exit(1)

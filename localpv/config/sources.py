@@ -51,20 +51,7 @@ def read_config_data(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read raw key/value data from a mounted ConfigMap directory or a YAML file."""
     p = Path(path)
     if p.is_dir():
-        data: dict[str, Any] = {}
-        errors: list[str] = []
-        for child in sorted(p.iterdir()):
-            # Kubernetes mounts keys as symlinks into a timestamped dot-directory.
-            if child.name.startswith(".") or child.is_dir():
-                continue
-            # Every file is read, so that all the problems of a mounted ConfigMap are said at once.
-            try:
-                text = _read_text(child)
-                data[child.name] = _load_yaml(text, child.name, key=child.name)
-            except (OSError, UnicodeDecodeError, _NotAConfigFile) as err:
-                errors.append(f"{child.name}: cannot read {child}: {err}")
-            except ConfigError as err:
-                errors += err.problems
+        data, errors = _read_directory(p)
         if errors:
             raise ConfigError(errors)
         return data
@@ -73,6 +60,25 @@ def read_config_data(path: str | os.PathLike[str]) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, _NotAConfigFile) as err:
         raise ConfigError([f"{p}: cannot read configuration: {err}"]) from err
     return _data_from_text(text, p)
+
+
+def _read_directory(p: Path) -> tuple[dict[str, Any], list[str]]:
+    """Every key of a mounted ConfigMap directory that can be read, and why the others cannot."""
+    data: dict[str, Any] = {}
+    errors: list[str] = []
+    for child in sorted(p.iterdir()):
+        # Kubernetes mounts keys as symlinks into a timestamped dot-directory.
+        if child.name.startswith(".") or child.is_dir():
+            continue
+        # Every file is read, so that all the problems of a mounted ConfigMap are said at once.
+        try:
+            text = _read_text(child)
+            data[child.name] = _load_yaml(text, child.name, key=child.name)
+        except (OSError, UnicodeDecodeError, _NotAConfigFile) as err:
+            errors.append(f"{child.name}: cannot read {child}: {err}")
+        except ConfigError as err:
+            errors += err.problems
+    return data, errors
 
 
 def read_config_stream(stream: BinaryIO, name: str = "<stdin>") -> dict[str, Any]:
@@ -169,7 +175,23 @@ def load_config(path: str | os.PathLike[str] | BinaryIO, *, strict: bool = False
     """
     name = "<stdin>" if not isinstance(path, str | os.PathLike) else path
     try:
-        data = read_config_data(path) if isinstance(path, str | os.PathLike) else read_config_stream(path)
+        if isinstance(path, str | os.PathLike) and Path(path).is_dir():
+            data, unreadable = _read_directory(Path(path))
+            if unreadable:
+                # The keys that could be read are still checked: all the problems at once.
+                problems, warnings = _findings(data, strict)
+                raise ConfigError(unreadable + problems, warnings)
+        else:
+            data = read_config_data(path) if isinstance(path, str | os.PathLike) else read_config_stream(path)
         return parse_config(data, strict=strict)
     except RecursionError:  # a last guard: the readers above bound nesting already
         raise ConfigError([f"{name}: nested too deeply to be read"]) from None
+
+
+
+def _findings(data: dict[str, Any], strict: bool) -> tuple[list[str], tuple[str, ...]]:
+    """The problems and warnings of ``data``, whether or not it is a valid configuration."""
+    try:
+        return [], parse_config(data, strict=strict).warnings
+    except ConfigError as err:
+        return err.problems, err.warnings

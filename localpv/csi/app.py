@@ -47,7 +47,7 @@ class DynamicVolumes:
         driver = config().csi_driver_name
         node = api.get(NODES, node_name)
         hostname = str((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL_KEY) or node_name)
-        self.recorder = EventRecorder(api.with_own_budget(), component=f"{driver}_{node_name}")
+        self.recorder = EventRecorder(api.for_events(), component=f"{driver}_{node_name}")
         self.controller = DynamicController(api, DynamicSettings(node_name, hostname), config=config,
                                             pools=self.pools, journal=self.journal, recorder=self.recorder,
                                             metrics=self.metrics)

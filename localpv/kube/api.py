@@ -147,6 +147,7 @@ class KubeApi:
         stop: threading.Event | None = None,
         user_agent: str = "localpv",
         limiter: RateLimiter | None = None,
+        event_limiter: RateLimiter | None = None,
     ) -> None:
         self.api_client = api_client
         self.backoff = backoff or Backoff()
@@ -156,6 +157,8 @@ class KubeApi:
         self.stop = stop or threading.Event()
         #: The process's rate limiter (None: unlimited, as in tests and benchmarks that say so).
         self.limiter = limiter
+        #: The events' own budget (``--event-qps``); None: a sibling of ``limiter`` at its rate.
+        self.event_limiter = event_limiter
         api_client.user_agent = user_agent
         _disable_client_retries(api_client)
         self._transport_errors = _transport_exceptions()
@@ -170,11 +173,13 @@ class KubeApi:
             other.timeout = timeout
         return other
 
-    def with_own_budget(self) -> KubeApi:
-        """The same connection with a rate limit of its own at the same rate (events: a burst
-        of warnings must not hold back the deletion of a PV offered over dirty data)."""
+    def for_events(self) -> KubeApi:
+        """The same connection on the events' own budget (``event_limiter``): a burst of
+        warnings must not hold back the deletion of a PV offered over dirty data."""
         other = copy.copy(self)
-        if isinstance(self.limiter, TokenBucket):
+        if self.event_limiter is not None:
+            other.limiter = self.event_limiter
+        elif isinstance(self.limiter, TokenBucket):
             other.limiter = self.limiter.sibling()
         return other
 

@@ -17,6 +17,12 @@ is what upstream local-static-provisioner runs with (it sets no rate), so swappi
 image does not change the load a node puts on the API server. An agent's steady state is
 its watches; bursts come from discovery (one create per new volume: a 60-disk node is
 offered within ~10 s) and are bounded by the disks of one node.
+
+Events have a budget of their own (``--event-qps`` / ``--event-burst``, as the kubelet's):
+a burst of warnings must not hold back the deletion of a PV offered over dirty data. It is
+small, so that a process sends at most ``--kube-api-qps`` plus ``--event-qps`` requests a
+second: 1 / 5 for the agent, 2 / 10 for the controllers. Events are written in the
+background and deduplicated, so a slow event budget delays what is said, never what is done.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ class RateLimit:
 CONTROLLER_RATE = RateLimit(20.0, 30)
 #: client-go's defaults (upstream local-static-provisioner's rate), for the per-node agent.
 AGENT_RATE = RateLimit(5.0, 10)
+#: The events' own budgets: a small share on top of the rates above.
+CONTROLLER_EVENT_RATE = RateLimit(2.0, 10)
+AGENT_EVENT_RATE = RateLimit(1.0, 5)
 
 
 class RateLimiter(Protocol):

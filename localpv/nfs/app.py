@@ -79,7 +79,7 @@ class NfsReplica:
         self.clock = clock or SystemClock()
         component = f"{options.controller.provisioner_name}_{options.identity}"
         # Events have a rate budget of their own: a burst of them must not slow provisioning.
-        self.recorder = EventRecorder(api.with_own_budget(), component=component, clock=self.clock)
+        self.recorder = EventRecorder(api.for_events(), component=component, clock=self.clock)
         self.controller: ProvisionController | None = None
         self.cluster_id = options.cluster_id
         self.finished = threading.Event()
@@ -169,7 +169,7 @@ def check_mount_dir(path: str) -> str | None:
 
 
 def run(options: NfsOptions, *, api_client: Any, listener: socket.socket | str, metrics_path: str = "/metrics",
-        limiter: RateLimiter | None = None) -> int:
+        limiter: RateLimiter | None = None, event_limiter: RateLimiter | None = None) -> int:
     """The ``localpv nfs`` process: serve probes and metrics, provision until told to stop.
 
     ``api_client`` and ``listener`` (a listening socket, or an address to listen on) are
@@ -179,7 +179,8 @@ def run(options: NfsOptions, *, api_client: Any, listener: socket.socket | str, 
     id was not given and cannot be read.
     """
     metrics = NfsMetrics()
-    api = KubeApi(api_client, observer=metrics.api.observe, user_agent="localpv-nfs", limiter=limiter)
+    api = KubeApi(api_client, observer=metrics.api.observe, user_agent="localpv-nfs", limiter=limiter,
+                  event_limiter=event_limiter)
     replica = NfsReplica(api, options, metrics=metrics)
     replica.identify()
     if serve(replica, registry=metrics.registry, listener=listener, metrics_path=metrics_path,

@@ -284,7 +284,7 @@ class NodeCleanupController:
         self.options = options
         self.metrics = metrics or NodeCleanupMetrics()
         self.clock = clock or SystemClock()
-        self.recorder = recorder or EventRecorder(api.with_own_budget(), component=EVENT_COMPONENT, clock=self.clock)
+        self.recorder = recorder or EventRecorder(api.for_events(), component=EVENT_COMPONENT, clock=self.clock)
         # The informers back off from network trouble in real time, whatever clock drives the
         # controller's own delays and periods.
         self.nodes = Informer(api, NODES, on_change=self._on_node_change, name="node-cleanup-nodes")

@@ -137,16 +137,65 @@ def test_node_cleanup_builds_its_api_with_the_limiter_from_the_environment(monke
                                                                             srv: ScriptedServer) -> None:
     import localpv.kube.client as kube_client
     from localpv.nodecleanup import app as nodecleanup_app
-    from localpv.nodecleanup import controller as nodecleanup
 
     seen: list[KubeApi] = []
 
-    class Stub:
+    monkeypatch.setattr(kube_client, "make_api_client", lambda *a, **k: srv.api_client())
+    monkeypatch.setattr(nodecleanup_app, "NodeCleanupController", _controller_that_records(seen))
+    result = CliRunner().invoke(cli, ["node-cleanup", "--listen-address", ""],
+                                env={"LOCALPV_KUBE_API_QPS": "7.5", "LOCALPV_KUBE_API_BURST": "11"})
+    assert result.exit_code == 1 and "stub: stop here" in result.output
+    limiter = seen[0].limiter
+    assert isinstance(limiter, TokenBucket) and (limiter.qps, limiter.burst) == (7.5, 11)
+
+
+def test_events_get_a_budget_of_their_own(srv: ScriptedServer) -> None:
+    main, own = TokenBucket(5.0, 10), TokenBucket(1.0, 5)
+    api = KubeApi(srv.api_client(), limiter=main, event_limiter=own)
+    events = api.for_events()
+    assert events.limiter is own and api.limiter is main
+    for _ in range(5):
+        events.limiter.reserve()  # a burst of warnings ...
+    assert main.reserve() == 0.0  # ... leaves the volume actions' budget untouched
+    # Without an event budget (tests that build a KubeApi by hand): a sibling at the same rate.
+    sibling = KubeApi(srv.api_client(), limiter=main).for_events().limiter
+    assert isinstance(sibling, TokenBucket) and sibling is not main and (sibling.qps, sibling.burst) == (5.0, 10)
+    assert KubeApi(srv.api_client()).for_events().limiter is None
+
+
+def test_a_process_sends_at_most_its_rate_plus_a_small_event_share(monkeypatch: pytest.MonkeyPatch,
+                                                                  srv: ScriptedServer) -> None:
+    """Issue 19: events had their own bucket at the full API rate, so a process sent up to
+    twice what its flags advertise (96 requests within a second at 20/30). Now their budget
+    is a small share, set by --event-qps / --event-burst (the kubelet's names)."""
+    import localpv.kube.client as kube_client
+    from localpv.kube.ratelimit import AGENT_EVENT_RATE, AGENT_RATE, CONTROLLER_EVENT_RATE, CONTROLLER_RATE
+    from localpv.nodecleanup import app as nodecleanup_app
+
+    assert CONTROLLER_EVENT_RATE.qps <= CONTROLLER_RATE.qps / 5 and AGENT_EVENT_RATE.qps <= AGENT_RATE.qps / 5
+    seen: list[KubeApi] = []
+
+    monkeypatch.setattr(kube_client, "make_api_client", lambda *a, **k: srv.api_client())
+    monkeypatch.setattr(nodecleanup_app, "NodeCleanupController", _controller_that_records(seen))
+    for env, expected in (({}, (CONTROLLER_EVENT_RATE.qps, CONTROLLER_EVENT_RATE.burst)),
+                          ({"LOCALPV_EVENT_QPS": "0.5", "LOCALPV_EVENT_BURST": "3"}, (0.5, 3))):
+        seen.clear()
+        result = CliRunner().invoke(cli, ["node-cleanup", "--listen-address", ""], env=env)
+        assert result.exit_code == 1 and "stub: stop here" in result.output
+        limiter = seen[0].for_events().limiter
+        assert isinstance(limiter, TokenBucket) and (limiter.qps, limiter.burst) == expected
+
+
+def _controller_that_records(seen: list[KubeApi]) -> type:
+    """A node-cleanup controller that notes the API it was given and stops the command at start."""
+    from localpv.nodecleanup.controller import NodeCleanupError
+
+    class Recorder:
         def __init__(self, api: KubeApi, *args: Any, **kwargs: Any) -> None:
             seen.append(api)
 
         def start(self) -> None:
-            raise nodecleanup.NodeCleanupError("stub: stop here")
+            raise NodeCleanupError("stub: stop here")
 
         def stop(self) -> None:
             pass
@@ -157,22 +206,4 @@ def test_node_cleanup_builds_its_api_with_the_limiter_from_the_environment(monke
         def healthy(self) -> tuple[bool, str]:
             return True, "stub"
 
-    monkeypatch.setattr(kube_client, "make_api_client", lambda *a, **k: srv.api_client())
-    monkeypatch.setattr(nodecleanup_app, "NodeCleanupController", Stub)
-    result = CliRunner().invoke(cli, ["node-cleanup", "--listen-address", ""],
-                                env={"LOCALPV_KUBE_API_QPS": "7.5", "LOCALPV_KUBE_API_BURST": "11"})
-    assert result.exit_code == 1 and "stub: stop here" in result.output
-    limiter = seen[0].limiter
-    assert isinstance(limiter, TokenBucket) and (limiter.qps, limiter.burst) == (7.5, 11)
-
-
-def test_events_get_a_budget_of_their_own_at_the_same_rate(srv: ScriptedServer) -> None:
-    main = TokenBucket(5.0, 10)
-    api = KubeApi(srv.api_client(), limiter=main)
-    events = api.with_own_budget()
-    assert isinstance(events.limiter, TokenBucket) and events.limiter is not main
-    assert (events.limiter.qps, events.limiter.burst) == (5.0, 10)
-    for _ in range(10):
-        events.limiter.reserve()  # a burst of warnings ...
-    assert main.reserve() == 0.0  # ... leaves the volume actions' budget untouched
-    assert KubeApi(srv.api_client()).with_own_budget().limiter is None
+    return Recorder

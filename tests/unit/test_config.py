@@ -175,6 +175,23 @@ def test_invalid_yaml_names_the_key_and_line(tmp_path: Path) -> None:
     assert err.value.problems[0].startswith("storageClassMap: not valid YAML (line")
 
 
+def test_a_key_that_is_not_valid_yaml_does_not_hide_the_problems_of_the_others(tmp_path: Path) -> None:
+    """`config check` reports every problem at once: one unreadable key is no reason to stay
+    silent about the rest (issue 19)."""
+    (tmp_path / "storageClassMap").write_text("a:\n  hostDir: [\n")
+    (tmp_path / "useAlphaAPI").write_text("maybe\n")
+    (tmp_path / "minResyncPeriod").write_text("five minutes\n")
+    (tmp_path / "mountdir").write_text("/x\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path)
+    problems = err.value.problems
+    assert problems[0].startswith("storageClassMap: not valid YAML (line")
+    assert any(p.startswith("useAlphaAPI: expected a boolean") for p in problems), problems
+    assert any(p.startswith("minResyncPeriod:") for p in problems), problems
+    assert len(problems) == 3, "nothing is said about the unreadable key beyond that it is unreadable"
+    assert any("mountdir" in w for w in err.value.warnings)
+
+
 def test_shared_host_dir_warns() -> None:
     loaded = parse_config({"storageClassMap": {"a": {"hostDir": "/d", "mountDir": "/d"},
                                                "b": {"hostDir": "/d", "mountDir": "/d"}}})
