@@ -39,7 +39,14 @@ def demo(volumes: int, timeout: float, simulate_mounts: bool) -> None:
     Real tmpfs mounts when run as root, simulated mount points otherwise. Exits 0 when
     every step happened and the tenant's data was really wiped.
     """
-    from localpv.demo import Demo, DemoFailed, DemoStopped
+    try:
+        from localpv.demo import Demo, DemoFailed, DemoStopped
+    except ModuleNotFoundError as err:
+        if not (err.name or "").startswith("localpv_emulator"):
+            raise
+        click.echo("error: localpv demo needs the API emulator (localpv_emulator), which the production image "
+                   "leaves out: run it from a checkout (pip install -e . && localpv demo)", err=True)
+        sys.exit(1)
 
     try:
         Demo(sys.stdout, volumes=volumes, timeout=timeout, simulate=simulate_mounts).run()

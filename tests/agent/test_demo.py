@@ -67,3 +67,21 @@ def test_demo_stopped_by_a_signal_leaves_no_mounts(tmp_path: Path, sig: signal.S
         subprocess.run(["umount", m], check=False)
     assert leftover == []
     assert list(tmp_path.iterdir()) == [], "the demo's work dir is removed"
+
+
+def test_the_demo_without_the_emulator_says_where_to_run_it() -> None:
+    """The production image leaves the emulator out (docs/architecture.md): one line, exit 1."""
+    code = ("import sys\n"
+            "class Hide:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.startswith('localpv_emulator'):\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "sys.meta_path.insert(0, Hide())\n"
+            "from localpv.cli import main\n"
+            "sys.argv = ['localpv', 'demo', '--simulate-mounts']\n"
+            "main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: localpv demo needs the API emulator (localpv_emulator), which the production image leaves out: run "
+        "it from a checkout (pip install -e . && localpv demo)"]
