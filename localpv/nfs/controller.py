@@ -94,6 +94,9 @@ class ClusterCache:
     def volumes(self) -> list[Obj]:
         return self.pvs.list()
 
+    def on_volume_change(self, handler: Callable[[str, Obj | None, Obj | None], None]) -> None:
+        self.pvs.handlers.append(handler)
+
     def start(self) -> None:
         for informer in (self.classes, self.pvs, self.claims):
             informer.start()

@@ -24,11 +24,10 @@ cluster vouches for it: it names that directory and the recorded claim.
 from __future__ import annotations
 
 import errno
-import itertools
 import logging
 import posixpath
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -57,6 +56,7 @@ from localpv.nfs.pathpattern import (
     claim_subpath,
     parse_subpath,
 )
+from localpv.nfs.volumeindex import VolumeIndex
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,9 @@ class ClusterReader(Protocol):
 
     def volumes(self) -> Iterable[Obj]: ...
 
+    def on_volume_change(self, handler: Callable[[str, Obj | None, Obj | None], None]) -> None:
+        """Call ``handler(kind, old, new)`` for every change of the volumes from now on."""
+
 
 @dataclass(frozen=True)
 class NfsSource:
@@ -161,6 +164,11 @@ class NfsProvisioner:
         #: This cluster's id: written into every record, compared with every record read.
         self.cluster = cluster
         self.owners = OwnershipStore(export)
+        # Which PVs use a directory, above or below it: asked for every claim and release.
+        # Changes first, then what the cache holds now, so none falls between the two.
+        self.index = VolumeIndex(source.server, source.subpath_of)
+        view.on_volume_change(self.index.changed)
+        self.index.load(view.volumes())
         # Deciding who owns a directory and acting on it is one step: the controller's workers
         # run in parallel, and two claims naming one path must not both see it free.
         self._ownership = threading.Lock()
@@ -241,7 +249,7 @@ class NfsProvisioner:
         """
         if claimant.shares:
             return
-        for name, other, pv in self._our_volumes():
+        for name, other, pv in self.index.around(sub.parts):
             owner = ClaimIdentity.of_volume(pv)
             if name == pv_name or owner == claimant.identity or placement(sub.relative, other.relative) is None:
                 continue
@@ -293,19 +301,21 @@ class NfsProvisioner:
         records = list(records)
         if all(record.cluster is not None for record in records):
             return records
-        vouched = {(other.relative, ClaimIdentity.of_volume(pv)) for _, other, pv in self._our_volumes(evidence)}
+        at_records = [v for record in records if record.cluster is None
+                      for v in self.index.at(tuple(record.path.split("/")))]
+        vouched = {(other.relative, ClaimIdentity.of_volume(pv))
+                   for _, other, pv in [*self._our_volumes(evidence), *at_records]}
         return [record.attributed_to(self.cluster) if record.cluster is None and (record.path, record.owner) in vouched
                 else record for record in records]
 
     def _volume_names(self, sub: SubPath, identity: ClaimIdentity) -> bool:
         """A PV of exactly this directory names ``identity`` as its claim (say, a retained one)."""
-        return any(other.parts == sub.parts and ClaimIdentity.of_volume(pv) == identity
-                   for _, other, pv in self._our_volumes())
+        return any(ClaimIdentity.of_volume(pv) == identity for _, _, pv in self.index.at(sub.parts))
 
-    def _our_volumes(self, also: Iterable[Obj] = ()) -> Iterator[tuple[str, SubPath, Obj]]:
-        """PVs on our server whose path is a directory below the export (others name none of ours);
-        ``also``: PVs to consider besides the cache's (one just read from the API)."""
-        for pv in itertools.chain(also, self.view.volumes()):
+    def _our_volumes(self, volumes: Iterable[Obj]) -> Iterator[tuple[str, SubPath, Obj]]:
+        """Of ``volumes``, those on our server whose path is a directory below the export (others
+        name none of ours)."""
+        for pv in volumes:
             nfs = (pv.get("spec") or {}).get("nfs") or {}
             if nfs.get("server") != self.source.server:
                 continue
@@ -489,17 +499,7 @@ class NfsProvisioner:
         Those are the volumes that removing or moving this directory would destroy. A PV of
         a *parent* directory (such as a static PV of the whole export) is not one of them.
         """
-        mine = posixpath.normpath(server_path)
-        users = []
-        for pv in self.view.volumes():
-            name = str(pv["metadata"]["name"])
-            nfs = (pv.get("spec") or {}).get("nfs") or {}
-            if name in exclude or nfs.get("server") != self.source.server or not nfs.get("path"):
-                continue
-            other = posixpath.normpath(str(nfs["path"]))
-            if other == mine or other.startswith(mine + "/"):
-                users.append(name)
-        return sorted(users)
+        return [name for name in self.index.users(server_path) if name not in exclude]
 
 
 #: The identity of a PV bound to no claim: matches no record.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +226,9 @@ class View:
 
     def volumes(self) -> list[Obj]:
         return self.pvs
+
+    def on_volume_change(self, handler: Callable[[str, Obj | None, Obj | None], None]) -> None:
+        """The volumes here do not change after the provisioner is made."""
 
 
 def provisioner(layout: Layout, view: View | None = None) -> NfsProvisioner:
