@@ -26,6 +26,7 @@ from localpv.agent.jobs import JobCleaner
 from localpv.agent.journal import Journal
 from localpv.agent.metrics import AgentMetrics
 from localpv.agent.model import CleanupStatus, Plan, World
+from localpv.agent.pacing import PassPacing
 from localpv.agent.phases import ReleasedTracker
 from localpv.agent.planner import plan
 from localpv.agent.proctable import DEFAULT_RETRY_BACKOFF, ProcTable
@@ -146,7 +147,7 @@ class NodeAgent:
         self._failed_passes = 0
         self._last_pass_error = ""
         self._last_mounts: frozenset[object] | None = None
-        self._last_pass_end = 0.0
+        self.pacing = PassPacing()
         self._host_events: Any = None
         self._taint_removed = False
         self._pass_lock = threading.Lock()
@@ -429,15 +430,12 @@ class NodeAgent:
                 wait = min(wait, status.retry_at - now + 0.01)
         return wait
 
-    #: Passes start at most this often: a burst of triggers becomes one pass, not hundreds.
-    MIN_PASS_INTERVAL = 0.1
-
     def _loop(self) -> None:
         while not self._stop.is_set():
             self.clock.wait(self._wake, self._next_wait())
             if self._stop.is_set():
                 return
-            pause = self._last_pass_end + self.MIN_PASS_INTERVAL - self.clock.monotonic()
+            pause = self.pacing.pause_before_pass(self.clock.monotonic())
             if pause > 0 and self.clock.wait(self._stop, pause):
                 return
             self._wake.clear()
@@ -452,7 +450,7 @@ class NodeAgent:
                 self._last_pass_error = f"{type(err).__name__}: {err}"[:300]
                 self.metrics.reconcile_failures.inc()
                 log.exception("reconcile pass failed")
-            self._last_pass_end = self.clock.monotonic()
+            self.pacing.pass_ended(self.clock.monotonic())
 
     def _watch_config(self) -> None:
         while not self.clock.wait(self._stop, self.options.config_sync_period):
