@@ -39,7 +39,7 @@ from localpv.config import ProvisionerConfig
 from localpv.host.cleaner import ProcessRecords
 from localpv.host.scan import HUNG_STORAGE
 from localpv.kube.api import KubeApi
-from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
+from localpv.kube.errors import AlreadyExists, ApiError, Conflict, Gone, NotFound
 from localpv.kube.events import WARNING, EventRecorder
 from localpv.kube.objects import Obj, pv_host_path
 from localpv.kube.resources import NODES, PERSISTENT_VOLUMES
@@ -382,7 +382,9 @@ class Executor:
         return owner == self.provisioner or owner.startswith(f"local-volume-provisioner-{self.node.name}-") or \
             owner == f"local-volume-provisioner-{self.node.name}"
 
-    def _ensure_label(self, pv: Obj) -> None:
+    def _ensure_label(self, pv: Obj, *, required: bool = False) -> None:
+        """Put our node label on a PV of this node; ``required``: a failure (other than the PV
+        being gone) raises instead of waiting for the next chance to come round."""
         value = node_label_value(self.node.name)
         labels = (pv.get("metadata") or {}).get("labels") or {}
         if labels.get(NODE_LABEL_KEY) == value:
@@ -391,7 +393,11 @@ class Executor:
         try:
             self.api.patch(PERSISTENT_VOLUMES, name, {"metadata": {"labels": {NODE_LABEL_KEY: value}}})
             log.info("adopted PV %s (added label %s=%s)", name, NODE_LABEL_KEY, value)
+        except NotFound:
+            log.info("PV %s was deleted before it could be adopted", name)
         except ApiError as err:
+            if required:
+                raise
             log.warning("cannot label PV %s: %s", name, err)
 
     def remove_startup_taint(self, key: str) -> bool:
@@ -418,30 +424,53 @@ class Executor:
 
     # ------------------------------------------------------------------ node-wide operations
 
-    def adopt_upstream_pvs(self) -> int:
-        """Label this node's PVs made by upstream (or by us before a label change), once.
+    #: Scans started over after their continue token expired (410) before giving up.
+    ADOPTION_SCAN_ATTEMPTS = 3
 
-        Needs one unfiltered scan of all PVs, page by page; a marker in the state dir
-        makes later restarts skip it (after the first start no upstream agent creates
-        PVs for this node any more). Everything else goes through the label-filtered cache.
+    def adopt_upstream_pvs(self) -> int:
+        """Label this node's PVs made by upstream (or by us before a label existed), once.
+
+        Scans the PVs that carry no node label of ours at all (``!key``), page by page:
+        upstream's, and any made before the label existed. Every PV a localpv agent makes
+        is labelled from birth, and one labelled for another node is that node's agent's
+        (a PV names its node by the label only if an agent put it there), so on a cluster
+        of localpv nodes the scan is one short page instead of every PV of every node, and
+        the first start does not wait for its pages behind the rate limit. A marker in the
+        state dir makes later restarts skip it (after the first start no upstream agent
+        creates PVs for this node any more). Everything else goes through the
+        label-filtered cache.
+
+        The scan must be whole before the first pass: a PV it missed is invisible to the
+        label-filtered cache, so its volume - perhaps bound to a tenant - would look free,
+        and on a first start (no journal) a free volume is cleaned. A scan whose continue
+        token expired (410, etcd compacted between two pages) starts over; any other
+        failure raises :class:`ApiError` and the agent does not start.
         """
         marker = (os.path.join(self.state_dir, f"adopted-{self.provisioner}")
                   if self.state_dir else None)
         if marker is not None and os.path.exists(marker):
             return 0
-        adopted = 0
         value = node_label_value(self.node.name)
-        try:
-            for page, _ in self.api.list_pages(PERSISTENT_VOLUMES):
-                for pv in page:
-                    labels = (pv.get("metadata") or {}).get("labels") or {}
-                    if labels.get(NODE_LABEL_KEY) != value and (pv.get("spec") or {}).get("local") \
-                            and self._same_node(pv):
-                        self._ensure_label(pv)
-                        adopted += 1
-        except ApiError as err:
-            log.warning("cannot list PVs for adoption (will retry at next start): %s", err)
-            return adopted
+        for attempt in range(1, self.ADOPTION_SCAN_ATTEMPTS + 1):
+            adopted = 0
+            try:
+                for page, _ in self.api.list_pages(PERSISTENT_VOLUMES, label_selector=f"!{NODE_LABEL_KEY}"):
+                    for pv in page:
+                        labels = (pv.get("metadata") or {}).get("labels") or {}
+                        if labels.get(NODE_LABEL_KEY) != value and (pv.get("spec") or {}).get("local") \
+                                and self._same_node(pv):
+                            self._ensure_label(pv, required=True)
+                            adopted += 1
+                break
+            except Gone as err:
+                if attempt == self.ADOPTION_SCAN_ATTEMPTS:
+                    raise
+                log.warning("scan for upstream PVs to adopt: %s; starting it over", err)
+        if marker is not None:
+            os.makedirs(os.path.dirname(marker), exist_ok=True)
+            with open(marker, "w", encoding="utf-8") as f:
+                f.write(f"{adopted}\n")
+        return adopted
         if marker is not None:
             os.makedirs(os.path.dirname(marker), exist_ok=True)
             with open(marker, "w", encoding="utf-8") as f:

@@ -38,7 +38,7 @@ from localpv.host.mounts import mount_points, read_mountinfo
 from localpv.host.probes import default_probes
 from localpv.host.scan import HUNG_STORAGE, Entry, ScanError, scan_directory
 from localpv.kube.api import KubeApi
-from localpv.kube.errors import Backoff
+from localpv.kube.errors import ApiError, Backoff
 from localpv.kube.events import WARNING, EventRecorder
 from localpv.kube.informer import Informer, jittered_period
 from localpv.kube.objects import Obj, pv_host_path
@@ -223,7 +223,12 @@ class NodeAgent:
             log.warning("%s", message)
             self.recorder.event(self._node_obj(), WARNING, "JournalRecovering", message)
         if self.options.adopt_upstream_pvs:
-            self.executor.adopt_upstream_pvs()
+            try:
+                self.executor.adopt_upstream_pvs()
+            except ApiError as err:
+                raise AgentError(f"cannot finish the scan for upstream PVs of this node ({err}); nothing is "
+                                 "offered or cleaned before it has, as a volume whose PV it did not see "
+                                 "looks free") from err
         selector = f"{NODE_LABEL_KEY}={node_label_value(self.node.name)}"
         self.pvs = Informer(self.api, PERSISTENT_VOLUMES, label_selector=selector, clock=self.clock,
                             on_change=lambda *_: self.trigger("pv"), name="pv-informer")

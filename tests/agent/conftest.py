@@ -14,8 +14,8 @@ from localpv.agent.metrics import AgentMetrics
 from localpv.agent.node import AgentOptions, NodeAgent
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig, parse_config
-from localpv.kube.api import KubeApi
-from localpv.kube.errors import Backoff
+from localpv.kube.api import KubeApi, RequestObserver
+from localpv.kube.errors import ApiError, Backoff
 from localpv.kube.events import EventRecorder
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import node, storage_class
@@ -55,13 +55,20 @@ class AgentEnv:
         watch_host: bool = True,
         job_image: str | None = None,
         retry_backoff: Backoff = FAST_RETRY,
+        observer: RequestObserver | None = None,
     ) -> NodeAgent:
+        """``observer``: also told of every request the agent makes (to inject a fault at a moment)."""
         options = AgentOptions(node_name=NODE, namespace="default", job_image=job_image, config_path=config_path,
                                discovery_period=discovery_period, config_sync_period=0.2, watch_host=watch_host,
                                retry_backoff=retry_backoff, state_dir=str(self.state_dir))
         metrics = AgentMetrics()
         # As in production: the agent's own API handle reports to its request metrics.
-        api = KubeApi(self.api.api_client, backoff=self.api.backoff, observer=metrics.api.observe)
+        def observe(verb: str, resource: str, seconds: float, error: ApiError | None) -> None:
+            metrics.api.observe(verb, resource, seconds, error)
+            if observer is not None:
+                observer(verb, resource, seconds, error)
+
+        api = KubeApi(self.api.api_client, backoff=self.api.backoff, observer=observe)
         recorder = EventRecorder(api, component="test-agent", min_update_interval=0.0)
         agent = NodeAgent(api, options, config or self.config(), Journal(self.state_dir / "journal.json"),
                           metrics=metrics, clock=clock, recorder=recorder)

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from localpv.agent.node import AgentError
 from localpv.kube.resources import PERSISTENT_VOLUMES
 from localpv.naming import NODE_LABEL_KEY, PROVISIONED_BY_ANNOTATION, pv_name
+from localpv_emulator.objects import storage_class
 from tests.agent.conftest import NODE, AgentEnv
 from tests.conftest import wait_for
 from tests.support.hostfs import LoopDevices, Mounter
@@ -72,8 +74,6 @@ def test_two_classes_sharing_a_host_dir_yield_one_pv(agent_env: AgentEnv, mounte
         "local-fs": {"hostDir": "/mnt/disks", "mountDir": str(agent_env.fs_dir)},
         "other": {"hostDir": "/mnt/disks", "mountDir": str(agent_env.fs_dir)},
     })
-    from localpv_emulator.objects import storage_class
-
     agent_env.apiserver.create(storage_class("other", binding="Immediate"))
     agent = agent_env.start_agent(config)
     wait_for(lambda: agent_env.pv_for("/mnt/disks/shared"), timeout=5)
@@ -135,8 +135,6 @@ def test_config_reload_adds_and_removes_classes(agent_env: AgentEnv, mounter: Mo
     mounter.tmpfs(agent_env.fs_dir / "a")
     other_dir = tmp_path / "other"
     mounter.tmpfs(other_dir / "b")
-    from localpv_emulator.objects import storage_class
-
     agent_env.apiserver.create(storage_class("other", binding="Immediate"))
     cfg_file = tmp_path / "config.yaml"
     cfg_file.write_text(yaml.safe_dump({"storageClassMap": {
@@ -203,3 +201,115 @@ def test_startup_taint_is_removed_once_discovery_is_ready(agent_env: AgentEnv, m
     agent.reconcile_once()
     taints = agent_env.apiserver.get("v1", "Node", NODE)["spec"]["taints"]  # type: ignore[index]
     assert [t["key"] for t in taints] == ["other"]
+
+
+def test_the_adoption_scan_reads_only_pvs_no_agent_has_labelled(agent_env: AgentEnv, mounter: Mounter) -> None:
+    """1,000 PVs of other nodes labelled by their agents: the first start reads none of them
+    (the scan's pages would otherwise queue behind the agent's 5 QPS limit before its own
+    volumes are offered), and still adopts the unlabelled upstream PV of this node."""
+    node = agent_env.apiserver.get("v1", "Node", NODE)
+    assert node is not None
+    for i in range(1000):
+        agent_env.apiserver.create({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": f"other-{i}", "labels": {NODE_LABEL_KEY: f"node-{i % 50}"}},
+            "spec": {"capacity": {"storage": "1Gi"}, "local": {"path": f"/mnt/disks/v{i}"},
+                     "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                         {"key": "kubernetes.io/hostname", "operator": "In", "values": [f"node-{i % 50}"]}]}]}}}})
+    mounter.tmpfs(agent_env.fs_dir / "old")
+    name = pv_name("old", NODE, "local-fs")
+    agent_env.apiserver.create({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "annotations": {
+            PROVISIONED_BY_ANNOTATION: f"local-volume-provisioner-{NODE}-{node['metadata']['uid']}"}},
+        "spec": {"capacity": {"storage": "8Mi"}, "local": {"path": "/mnt/disks/old"},
+                 "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}})
+    agent_env.start_agent()
+    wait_for(lambda: (agent_env.pv_for("/mnt/disks/old") or {}).get("metadata", {}).get("labels", {})
+             .get(NODE_LABEL_KEY) == NODE, timeout=5, what="adoption label")
+    # One page for the scan, one list for the label-filtered informer: 1,000 PVs would be 2 more pages.
+    assert agent_env.apiserver.requests.count(verb="list", resource="persistentvolumes") == 2
+
+
+def test_a_scan_for_upstream_pvs_cut_short_does_not_let_the_first_pass_offer_their_volumes(
+    agent_env: AgentEnv, mounter: Mounter
+) -> None:
+    """The adoption scan's continue token expires between two pages (etcd compacted: 410).
+    The upstream PV of this node on a later page was then unseen by the label-filtered cache,
+    so its volume - bound to a tenant - looked free and was offered again under a PV of our
+    own (or cleaned first, on a node without a journal). The scan starts over and finds it."""
+    node = agent_env.apiserver.get("v1", "Node", NODE)
+    assert node is not None
+    for i in range(600):  # upstream PVs of other nodes, unlabelled, sorted before ours: 2 pages
+        agent_env.apiserver.create({
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"a-other-{i:04d}"},
+            "spec": {"capacity": {"storage": "1Gi"}, "local": {"path": f"/mnt/disks/v{i}"},
+                     "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                         {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-9"]}]}]}}}})
+    volume = agent_env.fs_dir / "tenant"
+    mounter.tmpfs(volume)
+    (volume / "data").write_text("a tenant's data")
+    name = "local-pv-made-by-upstream"  # not our deterministic name: its class was renamed since
+    claim = agent_env.apiserver.create({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "tenant", "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs", "volumeName": name,
+                 "resources": {"requests": {"storage": "8Mi"}}}})
+    agent_env.apiserver.create({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "annotations": {
+            PROVISIONED_BY_ANNOTATION: f"local-volume-provisioner-{NODE}-{node['metadata']['uid']}"}},
+        "spec": {"capacity": {"storage": "8Mi"}, "local": {"path": "/mnt/disks/tenant"},
+                 "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
+                 "persistentVolumeReclaimPolicy": "Delete",
+                 "claimRef": {"namespace": "default", "name": "tenant", "uid": claim["metadata"]["uid"]},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}})
+    wait_for(lambda: (agent_env.pv_for("/mnt/disks/tenant") or {}).get("status", {}).get("phase") == "Bound",
+             timeout=5, what="the tenant's claim bound")
+    pages = []
+
+    def compact_after_the_first_page(verb: str, resource: str, seconds: float, error: object) -> None:
+        if verb == "list" and resource == "persistentvolumes":
+            pages.append(error)
+            if len(pages) == 1:  # a write, then etcd compacts past the scan's snapshot
+                agent_env.apiserver.create(storage_class("later", binding="Immediate"))
+                agent_env.apiserver.faults.forget_history()
+
+    agent = agent_env.start_agent(observer=compact_after_the_first_page, discovery_period=3600)
+    agent.reconcile_once()
+    # The volume is the tenant's: not cleaned, and not offered again under a PV of its own.
+    assert [pv["metadata"]["name"] for pv in agent_env.pvs()
+            if pv["spec"]["local"]["path"] == "/mnt/disks/tenant"] == [name]
+    assert [v["cleanup"] for v in agent.status()["volumes"] if v["path"] == "/mnt/disks/tenant"] == [""]
+    assert (volume / "data").read_text() == "a tenant's data"
+    # page 1, page 2 (410), the scan again (2 pages), the informer's list
+    assert agent_env.apiserver.requests.count(verb="list", resource="persistentvolumes") == 5
+    adopted = agent_env.pv_for("/mnt/disks/tenant")
+    assert adopted is not None and adopted["metadata"]["labels"][NODE_LABEL_KEY] == NODE
+
+
+def test_an_upstream_pv_that_cannot_be_labelled_stops_the_start_before_any_pass(
+    agent_env: AgentEnv, mounter: Mounter
+) -> None:
+    """Adopting is labelling: a PV the label could not be put on stays invisible to the
+    label-filtered cache, so the agent must not go on to offer its volume as free."""
+    node = agent_env.apiserver.get("v1", "Node", NODE)
+    assert node is not None
+    mounter.tmpfs(agent_env.fs_dir / "old")
+    agent_env.apiserver.create({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "local-pv-made-by-upstream", "annotations": {
+            PROVISIONED_BY_ANNOTATION: f"local-volume-provisioner-{NODE}-{node['metadata']['uid']}"}},
+        "spec": {"capacity": {"storage": "8Mi"}, "local": {"path": "/mnt/disks/old"},
+                 "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}})
+    agent_env.apiserver.faults.error_rate("patch", 1.0, code=403)
+    with pytest.raises(AgentError, match="scan for upstream PVs"):
+        agent_env.start_agent()
+    assert [pv["metadata"]["name"] for pv in agent_env.pvs()] == ["local-pv-made-by-upstream"]
+    assert agent_env.apiserver.requests.count(verb="create", resource="persistentvolumes") == 0
