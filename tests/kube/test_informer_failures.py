@@ -1,7 +1,8 @@
 """The informer's list+watch loop under failure: 410 relists from scratch, a permanent error
 drops the resourceVersion, garbage (a list body or a watch line that is not what it should
 be) never kills the thread, and the periodic relist of ``minResyncPeriod``. Backoff runs on
-a manual clock that the test moves, so no test sleeps through a delay."""
+a manual clock that the test moves once the informer waits on it, so no test sleeps through
+a delay."""
 
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ def test_a_410_relists_from_scratch_and_sees_what_it_missed(apiserver: ApiServer
     first_rv = informer.resource_version
     apiserver.faults.error_rate("watch", 1.0, code=503)
     apiserver.faults.drop_watches()
-    wait_for(lambda: len(verbs(apiserver)) == 3, what="a failed re-watch")  # now backing off on the manual clock
+    wait_for(lambda: len(verbs(apiserver)) == 3, what="a failed re-watch")
+    wait_for(lambda: clock.waiters, what="the informer backing off on the manual clock")
     apiserver.create(pv("pv-b"))
     apiserver.faults.forget_history()
     apiserver.faults.reset()
@@ -93,6 +95,7 @@ def test_a_permanent_watch_error_drops_the_version_and_relists(apiserver: ApiSer
     apiserver.faults.drop_watches()
     wait_for(lambda: [(r.verb, r.status) for r in pv_requests(apiserver)][2:] == [("watch", 403)],
              what="the forbidden watch")
+    wait_for(lambda: clock.waiters, what="the informer backing off on the manual clock")
     apiserver.faults.reset()
     clock.advance(5)
     wait_for(lambda: len(verbs(apiserver)) >= 5, what="recovery")
