@@ -35,6 +35,7 @@ from localpv.agent.node import AgentOptions, NodeAgent
 from localpv.config import parse_config
 from localpv.kube.api import KubeApi
 from localpv.kube.events import EventRecorder
+from localpv.kube.transport import connect
 from localpv.naming import NODE_LABEL_KEY
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import node, storage_class
@@ -61,7 +62,7 @@ def _journal(path: Path) -> Journal:
 def make_agent(server: ApiServer, discovery: Path, state: Path, *, watch_host: bool) -> tuple[NodeAgent, KubeApi]:
     config = parse_config({"storageClassMap": {"local-fs": {"hostDir": "/mnt/disks", "mountDir": str(discovery)}}})
     metrics = AgentMetrics()
-    api = KubeApi(server.api_client(), observer=metrics.api.observe)
+    api = KubeApi(connect(server.url), observer=metrics.api.observe)
     agent = NodeAgent(api, AgentOptions(node_name=NODE, discovery_period=3600, watch_host=watch_host),
                       config.config, _journal(state / "journal.json"), metrics=metrics,
                       recorder=EventRecorder(api, component="bench"))

@@ -61,7 +61,7 @@ class AgentEnv:
                                retry_backoff=retry_backoff, state_dir=str(self.state_dir))
         metrics = AgentMetrics()
         # As in production: the agent's own API handle reports to its request metrics.
-        api = KubeApi(self.api.api_client, backoff=self.api.backoff, observer=metrics.api.observe)
+        api = KubeApi(self.api.transport, backoff=self.api.backoff, observer=metrics.api.observe)
         recorder = EventRecorder(api, component="test-agent", min_update_interval=0.0)
         agent = NodeAgent(api, options, config or self.config(), Journal(self.state_dir / "journal.json"),
                           metrics=metrics, clock=clock, recorder=recorder)
