@@ -6,6 +6,8 @@ Run as root (real tmpfs mounts):
     python -m benchmarks.agent pass --entries 1000
     python -m benchmarks.agent rss --other-pvs 10000
     python -m benchmarks.agent health --volumes 100 [--agent-tree OTHER_CHECKOUT]
+    python -m benchmarks.agent idle --volumes 10 [--agent-tree OTHER_CHECKOUT]
+    python -m benchmarks.agent client [--agent-tree OTHER_CHECKOUT]
 
 Each prints its figures; the results with the command and the machine are recorded in
 docs/benchmarks.md. This is not a test: nothing here asserts anything.
@@ -33,6 +35,7 @@ from localpv.agent.node import AgentOptions, NodeAgent
 from localpv.config import parse_config
 from localpv.kube.api import KubeApi
 from localpv.kube.events import EventRecorder
+from localpv.kube.transport import connect
 from localpv.naming import NODE_LABEL_KEY
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import node, storage_class
@@ -59,7 +62,7 @@ def _journal(path: Path) -> Journal:
 def make_agent(server: ApiServer, discovery: Path, state: Path, *, watch_host: bool) -> tuple[NodeAgent, KubeApi]:
     config = parse_config({"storageClassMap": {"local-fs": {"hostDir": "/mnt/disks", "mountDir": str(discovery)}}})
     metrics = AgentMetrics()
-    api = KubeApi(server.api_client(), observer=metrics.api.observe)
+    api = KubeApi(connect(server.url), observer=metrics.api.observe)
     agent = NodeAgent(api, AgentOptions(node_name=NODE, discovery_period=3600, watch_host=watch_host),
                       config.config, _journal(state / "journal.json"), metrics=metrics,
                       recorder=EventRecorder(api, component="bench"))
@@ -220,6 +223,102 @@ def bench_rss(other_pvs: int) -> None:
               f"one-time adoption scan + informer); an unfiltered PV informer alone: {unfiltered / 2**20:.1f} MiB")
 
 
+def token_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig with a bearer token, as a service account or a CI user has (the emulator
+    takes any token): the credentials the daemons run with."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "bench",
+        "clusters": [{"name": "bench", "cluster": {"server": server}}],
+        "users": [{"name": "bench", "user": {"token": "bench-token"}}],
+        "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}]}))
+    return path
+
+
+def tree_env(tree: str | None) -> dict[str, str]:
+    """The environment that runs the localpv of ``tree`` (another checkout), else this one."""
+    return {**os.environ, "PYTHONPATH": tree or str(Path(__file__).resolve().parent.parent)}
+
+
+def bench_idle(volumes: int, tree: str | None) -> None:
+    """RSS of a real `localpv agent` process once idle with N tmpfs volumes published (no
+    other PVs), token credentials: what a DaemonSet pays on every node. ``tree`` runs the
+    agent of another checkout, for the before/after figure."""
+    server = ApiServer(binder=False)
+    server.start()
+    setup(server)
+    work = Path(tempfile.mkdtemp(prefix="bench-idle-"))
+    (work / "d").mkdir()
+    mounter = Mounter()
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        for i in range(volumes):
+            mounter.tmpfs(work / "d" / f"v{i:02d}", size=1 << 20)
+        kubeconfig = token_kubeconfig(work / "kubeconfig", server.url)
+        cfg = work / "config.yaml"
+        cfg.write_text(yaml.safe_dump({"storageClassMap": {"local-fs": {"hostDir": "/mnt/disks",
+                                                                         "mountDir": str(work / "d")}}}))
+        proc = subprocess.Popen([sys.executable, "-m", "localpv", "agent", "--config", str(cfg), "--node", NODE,
+                                 "--kubeconfig", str(kubeconfig), "--listen-address", "127.0.0.1:0",
+                                 "--state-dir", str(work / "state")],
+                                stderr=subprocess.DEVNULL, env=tree_env(tree), cwd=tempfile.gettempdir())
+        deadline = time.monotonic() + 60
+        while len(server.list("v1", "PersistentVolume")) < volumes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        threading.Event().wait(10)  # the agent records its volumes, then idles
+        rss = psutil.Process(proc.pid).memory_info().rss
+        made = len(server.list("v1", "PersistentVolume"))
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+        mounter.umount_all()
+        server.stop()
+    print(f"`localpv agent`{' of ' + tree if tree else ''}, idle with {made} tmpfs volumes published, "
+          f"token kubeconfig: RSS {rss / 2**20:.1f} MiB")
+
+
+CLIENT = """
+import json, resource, sys, time
+started = time.perf_counter()
+from localpv.kube.api import KubeApi
+from localpv.kube.client import make_api_client
+KubeApi(make_api_client(sys.argv[1]))
+elapsed = time.perf_counter() - started
+rss = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
+print(json.dumps({"seconds": elapsed, "rss": rss, "kubernetes": "kubernetes" in sys.modules}))
+"""
+
+BARE = """
+import json, resource
+print(json.dumps({"rss": int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()}))
+"""
+
+
+def bench_client(runs: int, tree: str | None) -> None:
+    """Time and RSS of `import localpv.kube.api` + building a client from a token kubeconfig,
+    each in a fresh interpreter (median of ``runs``), beside a bare interpreter's RSS."""
+    import json
+
+    work = Path(tempfile.mkdtemp(prefix="bench-client-"))
+    kubeconfig = token_kubeconfig(work / "kubeconfig", "https://127.0.0.1:6443")
+    env, cwd = tree_env(tree), tempfile.gettempdir()
+
+    def one(code: str, *args: str) -> dict[str, float]:
+        out = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=cwd, capture_output=True,
+                             text=True, check=True).stdout
+        doc: dict[str, float] = json.loads(out)
+        return doc
+
+    samples = [one(CLIENT, str(kubeconfig)) for _ in range(runs)]
+    bare = statistics.median(one(BARE)["rss"] for _ in range(3))
+    seconds = statistics.median(s["seconds"] for s in samples)
+    rss = statistics.median(s["rss"] for s in samples)
+    print(f"import localpv.kube.api + KubeApi(make_api_client(token kubeconfig)){' of ' + tree if tree else ''}, "
+          f"median of {runs} fresh interpreters:")
+    print(f"  {seconds * 1000:.0f} ms; RSS {rss / 2**20:.1f} MiB ({(rss - bare) / 2**20:+.1f} MiB over a bare "
+          f"interpreter's {bare / 2**20:.1f} MiB); kubernetes imported: {bool(samples[0]['kubernetes'])}")
+
+
 def bench_health(volumes: int, seconds: float, tree: str | None) -> None:
     """What watching the volumes in use costs: CPU and RSS of a real `localpv agent` process,
     idle with N Bound ext4 volumes on loop devices (each pass reads their identities with
@@ -291,13 +390,21 @@ def main() -> None:
     health.add_argument("--volumes", type=int, default=100)
     health.add_argument("--seconds", type=float, default=120.0)
     health.add_argument("--agent-tree", default=None, help="run the agent of this checkout (PYTHONPATH)")
+    idle = sub.add_parser("idle")
+    idle.add_argument("--volumes", type=int, default=10)
+    idle.add_argument("--agent-tree", default=None, help="run the agent of this checkout (PYTHONPATH)")
+    client = sub.add_parser("client")
+    client.add_argument("--runs", type=int, default=15)
+    client.add_argument("--agent-tree", default=None, help="import the localpv of this checkout (PYTHONPATH)")
     args = parser.parse_args()
-    if os.geteuid() != 0 and args.what != "rss":
+    if os.geteuid() != 0 and args.what not in ("rss", "client"):
         sys.exit("needs root (real tmpfs mounts)")
     print(machine())
     runs = {"latency": lambda: bench_latency(args.mounts), "pass": lambda: bench_pass(args.entries),
             "rss": lambda: bench_rss(args.other_pvs),
-            "health": lambda: bench_health(args.volumes, args.seconds, args.agent_tree)}
+            "health": lambda: bench_health(args.volumes, args.seconds, args.agent_tree),
+            "idle": lambda: bench_idle(args.volumes, args.agent_tree),
+            "client": lambda: bench_client(args.runs, args.agent_tree)}
     runs[args.what]()
 
 

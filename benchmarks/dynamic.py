@@ -58,6 +58,7 @@ def bound(claims: int, base: Path) -> None:
     from localpv.kube.api import KubeApi
     from localpv.kube.events import EventRecorder
     from localpv.kube.ratelimit import AGENT_RATE, rate_limiter
+    from localpv.kube.transport import connect
     from localpv_emulator.apiserver import ApiServer
     from localpv_emulator.objects import claim, node, storage_class
 
@@ -70,7 +71,7 @@ def bound(claims: int, base: Path) -> None:
         pool = Pool(PoolConfig("fast", str(root), str(root)))
         config = ProvisionerConfig(dynamic_pools={"fast": pool.config}, dynamic_classes={"dyn": DynamicClass("dyn",
                                                                                                           "fast")})
-        api = KubeApi(server.api_client(), limiter=rate_limiter(AGENT_RATE.qps, AGENT_RATE.burst))
+        api = KubeApi(connect(server.url), limiter=rate_limiter(AGENT_RATE.qps, AGENT_RATE.burst))
         recorder = EventRecorder(api.for_events(), component="bench")
         recorder.start()
         controller = DynamicController(api, DynamicSettings("node-1", "node-1"), config=lambda: config,
@@ -180,7 +181,7 @@ if sys.argv[1] == "csi":
     s1 = UnixServer(d + "/csi.sock", [IdentityService("x").handler(), NodeService("n", dict).handler()])
     s2 = UnixServer(d + "/reg.sock", [RegistrationService("x", d + "/csi.sock").handler()])
     s1.start(); s2.start()
-import kubernetes.client
+import localpv.kube.client, localpv.kube.transport  # the agent's API client: no kubernetes package
 gc.collect()
 print(psutil.Process().memory_info().rss)
 """

@@ -38,6 +38,7 @@ import psutil
 
 from localpv.kube.api import KubeApi
 from localpv.kube.ratelimit import CONTROLLER_RATE, rate_limiter
+from localpv.kube.transport import connect
 from localpv.nfs.app import NfsOptions, NfsReplica
 from localpv.nfs.controller import ControllerSettings
 from localpv.nfs.metrics import NfsMetrics
@@ -112,7 +113,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nfs-bench-") as export:
         metrics = NfsMetrics()
         limiter = rate_limiter(args.kube_api_qps, args.kube_api_burst)
-        api = KubeApi(server.api_client(), observer=metrics.api.observe, limiter=limiter)
+        api = KubeApi(connect(server.url), observer=metrics.api.observe, limiter=limiter)
         options = NfsOptions(NfsSource("nfs.bench", "/exports", export),
                              ControllerSettings(PROVISIONER, workers=args.workers), namespace="kube-system")
         replica = NfsReplica(api, options, metrics=metrics)

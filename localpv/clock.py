@@ -42,6 +42,14 @@ class ManualClock:
     def __init__(self, start: float = 1_000_000.0) -> None:
         self._t = start
         self._cond = threading.Condition()
+        self._waiters = 0
+
+    @property
+    def waiters(self) -> int:
+        """How many threads wait on this clock now: a test advances it once they do, or the
+        deadline of a wait that starts after the advance is still ahead."""
+        with self._cond:
+            return self._waiters
 
     def monotonic(self) -> float:
         with self._cond:
@@ -58,7 +66,11 @@ class ManualClock:
     def wait(self, event: threading.Event, timeout: float) -> bool:
         with self._cond:
             deadline = self._t + timeout
-            while not event.is_set() and self._t < deadline:
-                # Real-time poll of the event, virtual-time deadline.
-                self._cond.wait(0.01)
+            self._waiters += 1
+            try:
+                while not event.is_set() and self._t < deadline:
+                    # Real-time poll of the event, virtual-time deadline.
+                    self._cond.wait(0.01)
+            finally:
+                self._waiters -= 1
             return event.is_set()

@@ -10,6 +10,7 @@ lease), and stops the service before the server, so that the last scrape still s
 
 from __future__ import annotations
 
+import logging
 import signal
 import socket
 import threading
@@ -19,6 +20,8 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry
 
 from localpv.httpserver import StatusServer
+
+log = logging.getLogger(__name__)
 
 #: A probe's answer: (passes, why).
 Verdict = tuple[bool, str]
@@ -46,12 +49,15 @@ def serve(
     loopback_only: Sequence[str] = (),
     finished: threading.Event | None = None,
     on_started: Callable[[], None] | None = None,
+    connection: str = "",
 ) -> bool:
     """Run ``service`` until a signal (True) or until ``finished`` is set (False).
 
     ``listener`` is a listening socket (bound by the caller, so that a port in use is reported
     before anything runs), an address, or None to serve nothing. An exception from the
     service's ``start`` stops what was started and propagates, for the caller to report.
+    ``connection`` (the API server and where the credentials come from) is logged as the
+    service starts: the first thing to check when requests are refused.
     """
     server = (StatusServer(listener, registry, ready=service.ready, healthy=service.healthy,
                            metrics_path=metrics_path, documents=dict(documents or {}),
@@ -73,6 +79,8 @@ def serve(
         threading.Thread(target=on_finished, name="service-finished", daemon=True).start()
     if server is not None:
         server.start()
+    if connection:
+        log.info("%s", connection)
     try:
         try:
             service.start()

@@ -33,6 +33,7 @@ from localpv.host.mounts import mount_points
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.kube.events import EventRecorder
+from localpv.kube.transport import connect
 from localpv_emulator.objects import claim, node, storage_class
 
 NODE = "demo-node"
@@ -158,7 +159,7 @@ class Demo:
             server.create(storage_class(CLASS))
             mount_table = self.make_volumes()
             config = parse_config({"storageClassMap": {CLASS: {"hostDir": HOST_DIR, "mountDir": str(self.discovery)}}})
-            api = KubeApi(server.api_client())
+            api = KubeApi(connect(server.url))
             # Simulated volumes are plain directories: the cleaner must accept them (an
             # agent never does; for it a volume that is not a mount point is unmounted).
             options = AgentOptions(node_name=NODE, discovery_period=2.0, watch_host=self.real_mounts,

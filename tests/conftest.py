@@ -84,8 +84,9 @@ def kube(apiserver: ApiServer) -> KubeApi:
     """The product's API seam, pointed at the emulator, with fast retries."""
     from localpv.kube.api import KubeApi
     from localpv.kube.errors import Backoff
+    from localpv.kube.transport import connect
 
-    return KubeApi(apiserver.api_client(), backoff=Backoff(initial=0.01, maximum=0.2, attempts=5))
+    return KubeApi(connect(apiserver.url), backoff=Backoff(initial=0.01, maximum=0.2, attempts=5))
 
 
 # ---------------------------------------------------------------- real mounts and loop devices

@@ -21,6 +21,7 @@ from localpv.config import ProvisionerConfig
 from localpv.daemon import Verdict, serve
 from localpv.kube.api import KubeApi
 from localpv.kube.ratelimit import RateLimiter
+from localpv.kube.transport import Transport
 
 log = logging.getLogger("localpv.agent")
 
@@ -75,16 +76,16 @@ class AgentService:
         return (ok and not problems), "; ".join([why, *problems]) if problems else why
 
 
-def run(process: AgentProcess, journal: Journal, *, api_client: Any, listener: socket.socket | str,
+def run(process: AgentProcess, journal: Journal, *, transport: Transport, listener: socket.socket | str,
         limiter: RateLimiter | None = None, event_limiter: RateLimiter | None = None) -> None:
     """Run the agent until SIGTERM/SIGINT. Raises :class:`~localpv.agent.node.AgentError` or
     :class:`~localpv.kube.errors.ApiError` when it cannot start (no Node, say)."""
     metrics = AgentMetrics()
-    api = KubeApi(api_client, observer=metrics.api.observe, limiter=limiter, event_limiter=event_limiter)
+    api = KubeApi(transport, observer=metrics.api.observe, limiter=limiter, event_limiter=event_limiter)
     agent = NodeAgent(api, process.options, process.config, journal, metrics=metrics)
     service = AgentService(agent, api, metrics, process)
     serve(service, registry=metrics.registry, listener=listener, metrics_path=process.metrics_path,
-          documents={"/status": agent.status}, loopback_only=("/status",))
+          documents={"/status": agent.status}, loopback_only=("/status",), connection=transport.about())
 
 
 def journal_path(state_dir: str) -> str:

@@ -106,7 +106,7 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
     problem = state_dir_problem(state_dir)
     if problem is not None:
         refuse(named("state_dir", "--state-dir", "LOCALPV_STATE_DIR", state_dir), problem)
-    api_client = api_client_or_exit(kubeconfig)
+    transport = api_client_or_exit(kubeconfig)
     listener = listen_or_exit(listen_address)
     try:
         journal = Journal(journal_path(state_dir))
@@ -118,7 +118,7 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
                            watch_host=host_events, state_dir=state_dir, volume_health_period=volume_health_period)
     process = AgentProcess(options, loaded.config, kubelet_dir=kubelet_dir, metrics_path=metrics_path)
     try:
-        run(process, journal, api_client=api_client, listener=listener,
+        run(process, journal, transport=transport, listener=listener,
             limiter=rate_limiter(kube_api_qps, kube_api_burst), event_limiter=rate_limiter(event_qps, event_burst))
     except (AgentError, ApiError) as err:
         click.echo(f"error: {one_line(str(err))}", err=True)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from localpv.config import LoadedConfig
     from localpv.kube.ratelimit import RateLimit
+    from localpv.kube.transport import Transport
 
 
 CONFIG_ERROR_EXIT = 2
@@ -161,8 +162,9 @@ METRICS_PATH_OPTION = click.option(
     help="URL path of the Prometheus metrics.")
 
 
-def api_client_or_exit(kubeconfig: str | None, **kwargs: Any) -> Any:
-    """The ``kubernetes`` ApiClient, or exit 2 with one line naming --kubeconfig (or KUBECONFIG)."""
+def api_client_or_exit(kubeconfig: str | None, **kwargs: Any) -> Transport:
+    """The transport to the cluster (:func:`~localpv.kube.client.make_api_client`), or exit 2
+    with one line naming --kubeconfig (or KUBECONFIG)."""
     from localpv.kube.client import ClientConfigError, make_api_client
 
     try:

@@ -56,9 +56,9 @@ def discover(dry_run: bool, config_path: str, node_name: str, output: str, kubec
         from localpv.kube.errors import NO_RETRY
 
         # One attempt, bounded: a person is waiting, and the dry run is read-only and repeatable.
-        api_client = api_client_or_exit(kubeconfig, retries=0)
-        host = str(api_client.configuration.host)
-        api = KubeApi(api_client, backoff=NO_RETRY, timeout=request_timeout, user_agent="localpv-discover")
+        transport = api_client_or_exit(kubeconfig)
+        host = transport.server
+        api = KubeApi(transport, backoff=NO_RETRY, timeout=request_timeout, user_agent="localpv-discover")
     try:
         result = run_dry(config, node_name, api=api)
     except ApiError as err:

@@ -144,10 +144,10 @@ def nfs(nfs_server: str, nfs_path: str, provisioner_name: str, leader_election: 
     options = NfsOptions(source=source, controller=settings, cluster_id=cluster_id or None, leader_election=elect,
                          namespace=election_namespace(namespace), lease_duration=lease_duration,
                          renew_deadline=renew_deadline, retry_period=retry_period)
-    api_client = api_client_or_exit(kubeconfig)
+    transport = api_client_or_exit(kubeconfig)
     listener = listen_or_exit(listen_address)
     try:
-        code = run(options, api_client=api_client, listener=listener,
+        code = run(options, transport=transport, listener=listener,
                    limiter=rate_limiter(kube_api_qps, kube_api_burst),
                    event_limiter=rate_limiter(event_qps, event_burst))
     except ClusterIdUnavailable as err:

@@ -45,10 +45,10 @@ def node_cleanup(storageclass_names: str, pvc_deletion_delay: float, stale_pv_di
 
     options = NodeCleanupOptions(parse_class_names(storageclass_names), pvc_deletion_delay,
                                  stale_pv_discovery_interval, resync, worker_threads)
-    api_client = api_client_or_exit(kubeconfig)
+    transport = api_client_or_exit(kubeconfig)
     listener = listen_or_exit(listen_address) if listen_address else None
     try:
-        run(options, api_client=api_client, listener=listener, metrics_path=metrics_path,
+        run(options, transport=transport, listener=listener, metrics_path=metrics_path,
             limiter=rate_limiter(kube_api_qps, kube_api_burst), event_limiter=rate_limiter(event_qps, event_burst))
     except (ValueError, OSError, NodeCleanupError) as err:
         click.echo(f"error: {one_line(str(err))}", err=True)

@@ -1,7 +1,9 @@
 """The narrow seam between localpv and the API server: plain-dict REST calls.
 
-It uses the real ``kubernetes`` client for what it is good at (kubeconfig, auth, TLS,
-connection pooling) and sends/receives JSON dicts through ``ApiClient.call_api``.
+It sends and receives JSON dicts through a :class:`~localpv.kube.transport.Transport`
+(one urllib3 pool and the credentials; :mod:`localpv.kube.client` builds it, from
+credentials localpv reads itself or through the ``kubernetes`` package for auth plugins):
+whichever built it, every request takes the same path and the same policy below.
 
 **One failure policy, in one place.**
 
@@ -20,9 +22,12 @@ connection pooling) and sends/receives JSON dicts through ``ApiClient.call_api``
   class is raised at once. Nothing above this module retries a request: a caller that
   gets an ``ApiError`` gives up that action, and its own schedule - the agent's next pass,
   a work queue's per-item backoff, the leader elector's retry period - decides again
-  later from fresh state. The client library's own retries (urllib3 retries resets and
-  timeouts three times, and sleeps through ``Retry-After`` out of sight) are switched off
-  on every client handed to :class:`KubeApi`.
+  later from fresh state. Transports never retry (urllib3's own retries of resets and
+  timeouts are off on both paths).
+* *Sent again at once, once*, and only when it cannot have been acted on: a request on a
+  pooled keep-alive connection the server had closed meanwhile (nothing came back), and
+  a request refused with 401 when the credentials, read again, have changed (a rotated
+  service-account token).
 * *Conflicts* are not retried blindly: :meth:`KubeApi.update` reads, changes and writes
   again, so the change is re-decided on the new state.
 * *Watches* are not retried here: :class:`~localpv.kube.informer.Informer` owns re-watch
@@ -36,6 +41,7 @@ opened, none for the events it brings.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -61,6 +67,7 @@ from localpv.kube.errors import (
 from localpv.kube.objects import Obj
 from localpv.kube.ratelimit import RateLimiter, TokenBucket
 from localpv.kube.resources import Resource
+from localpv.kube.transport import Response, Transport
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +100,6 @@ def _transport_exceptions() -> tuple[type[BaseException], ...]:
     import urllib3
 
     return (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
-
-
-def _disable_client_retries(api_client: Any) -> None:
-    """Make urllib3 raise on the first failure: retrying is this module's decision alone."""
-    pool = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
-    settings = getattr(pool, "connection_pool_kw", None)
-    if isinstance(settings, dict) and settings.get("retries") is not False:
-        settings["retries"] = False
-        pool.clear()  # type: ignore[union-attr]
 
 
 def _unsent(exc: BaseException) -> bool:
@@ -138,7 +136,7 @@ class KubeApi:
 
     def __init__(
         self,
-        api_client: Any,
+        transport: Transport,
         *,
         backoff: Backoff | None = None,
         clock: Clock | None = None,
@@ -149,7 +147,8 @@ class KubeApi:
         limiter: RateLimiter | None = None,
         event_limiter: RateLimiter | None = None,
     ) -> None:
-        self.api_client = api_client
+        self.transport = transport
+        self.user_agent = user_agent
         self.backoff = backoff or Backoff()
         self.clock = clock or SystemClock()
         self.observer = observer
@@ -159,8 +158,6 @@ class KubeApi:
         self.limiter = limiter
         #: The events' own budget (``--event-qps``); None: a sibling of ``limiter`` at its rate.
         self.event_limiter = event_limiter
-        api_client.user_agent = user_agent
-        _disable_client_retries(api_client)
         self._transport_errors = _transport_exceptions()
 
     def with_policy(self, *, backoff: Backoff | None = None, timeout: float | None = None) -> KubeApi:
@@ -199,8 +196,8 @@ class KubeApi:
         timeout: float | tuple[float, float] | None = None,
         check: Callable[[Obj], None] | None = None,
     ) -> Any:
-        """One attempt: a token, one HTTP request, the decoded JSON object (the raw response
-        if ``stream``), checked by ``check``. Raises only :class:`ApiError`."""
+        """One attempt: a token, one HTTP request, the decoded JSON object (the open
+        :class:`Response` if ``stream``), checked by ``check``. Raises only :class:`ApiError`."""
         if self.limiter is not None:
             self.limiter.acquire(self.stop)
         started = time.monotonic()
@@ -224,20 +221,20 @@ class KubeApi:
                 self.observer(verb, res.plural, time.monotonic() - started, error)
 
     def _send(self, method: str, path: str, query: list[tuple[str, Any]] | None, body: Any, content_type: str,
-              timeout: float | tuple[float, float]) -> Any:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        try:
-            _, url, headers, _, _ = self.api_client.param_serialize(
-                method=method, resource_path=path, query_params=query or [], header_params=headers,
-                auth_settings=["BearerToken"],
-            )
-        except Exception as exc:
-            raise Permanent(0, "ClientError", f"{type(exc).__name__}: {exc}") from exc
-        unsent_once = False
+              timeout: float | tuple[float, float]) -> Response:
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+        data: bytes | None = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            try:
+                data = json.dumps(body).encode()
+            except (TypeError, ValueError) as exc:
+                raise Permanent(0, "ClientError", f"{type(exc).__name__}: {exc}") from exc
+        unsent_once = reauthenticated = False
         while True:
             try:
-                return self.api_client.call_api(method, url, header_params=headers, body=body,
-                                                _request_timeout=timeout)
+                resp = self.transport.request(method, path, query=query, headers=headers, body=data,
+                                              timeout=timeout)
             except self._transport_errors as exc:
                 if _unsent(exc) and not unsent_once:
                     # A pooled keep-alive connection the server had already closed: the request
@@ -245,17 +242,28 @@ class KubeApi:
                     unsent_once = True
                     continue
                 raise transport_error(exc) from exc
-            except Exception as exc:
-                if getattr(exc, "status", None) == 0:  # the client wraps TLS failures as status 0
-                    raise transport_error(exc) from exc
+            except Exception as exc:  # credentials that cannot be had (an exec plugin failing), a bug
                 raise Permanent(0, "ClientError", f"{type(exc).__name__}: {exc}") from exc
+            if resp.status == 401 and not reauthenticated and self._reauthenticate():
+                # The token was rotated since it was read (a service account's, about hourly):
+                # the new one gets its chance now rather than a failed action.
+                reauthenticated = True
+                resp.close()
+                continue
+            return resp
 
-    def _read(self, resp: Any) -> bytes:
+    def _reauthenticate(self) -> bool:
         try:
-            data = resp.read()
+            return self.transport.reauthenticate()
+        except Exception as exc:  # credentials that cannot be read again: the 401 stands
+            log.warning("cannot read the credentials again after a 401: %s", exc)
+            return False
+
+    def _read(self, resp: Response) -> bytes:
+        try:
+            return resp.read()
         except Exception as exc:  # a body cut short surfaces as urllib3, socket or http.client errors
             raise transport_error(exc) from exc
-        return data if isinstance(data, bytes) else str(data or "").encode()
 
     def _retrying(self, verb: str, res: Resource, fn: Callable[[], Obj]) -> Obj:
         """Run one request, again after ``Retryable`` failures, per the backoff or Retry-After."""
@@ -430,14 +438,14 @@ class KubeApi:
 class WatchStream:
     """Iterator over a chunked watch response; ``close()`` ends it from another thread."""
 
-    def __init__(self, resp: Any) -> None:
+    def __init__(self, resp: Response) -> None:
         self._resp = resp
         self._closed = False
 
     def __iter__(self) -> Iterator[WatchEvent]:
         buffer = b""
         try:
-            for chunk in self._resp.response.stream(None, decode_content=True):
+            for chunk in self._resp.stream():
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
@@ -457,11 +465,8 @@ class WatchStream:
         if self._closed:
             return
         self._closed = True
-        try:
-            self._resp.response.shutdown() if hasattr(self._resp.response, "shutdown") else None
-            self._resp.response.release_conn()
-        except Exception:  # closing a dead socket: nothing left to do
-            pass
+        with contextlib.suppress(Exception):  # closing a dead socket: nothing left to do
+            self._resp.close()
 
 
 def _decode_event(line: bytes) -> WatchEvent:

@@ -16,7 +16,6 @@ import os
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import Any
 
 from localpv.clock import Clock, SystemClock
 from localpv.daemon import serve
@@ -25,6 +24,7 @@ from localpv.kube.errors import NO_RETRY
 from localpv.kube.events import EventRecorder
 from localpv.kube.leader import LeaderElector, LeaseConfig, default_identity
 from localpv.kube.ratelimit import RateLimiter
+from localpv.kube.transport import Transport
 from localpv.naming import lock_name
 from localpv.nfs.cluster import CLUSTER_NAMESPACE, read_cluster_id
 from localpv.nfs.controller import ClusterCache, ControllerSettings, ProvisionController
@@ -168,23 +168,23 @@ def check_mount_dir(path: str) -> str | None:
     return None
 
 
-def run(options: NfsOptions, *, api_client: Any, listener: socket.socket | str, metrics_path: str = "/metrics",
+def run(options: NfsOptions, *, transport: Transport, listener: socket.socket | str, metrics_path: str = "/metrics",
         limiter: RateLimiter | None = None, event_limiter: RateLimiter | None = None) -> int:
     """The ``localpv nfs`` process: serve probes and metrics, provision until told to stop.
 
-    ``api_client`` and ``listener`` (a listening socket, or an address to listen on) are
+    ``transport`` and ``listener`` (a listening socket, or an address to listen on) are
     made by the caller, so that a bad kubeconfig or a port in use is reported before this runs.
     Returns 0 after SIGTERM/SIGINT, 1 when the leader lease was lost (the pod restarts). Raises
     :class:`~localpv.nfs.cluster.ClusterIdUnavailable` before serving anything when the cluster
     id was not given and cannot be read.
     """
     metrics = NfsMetrics()
-    api = KubeApi(api_client, observer=metrics.api.observe, user_agent="localpv-nfs", limiter=limiter,
+    api = KubeApi(transport, observer=metrics.api.observe, user_agent="localpv-nfs", limiter=limiter,
                   event_limiter=event_limiter)
     replica = NfsReplica(api, options, metrics=metrics)
     replica.identify()
     if serve(replica, registry=metrics.registry, listener=listener, metrics_path=metrics_path,
-             finished=replica.finished):
+             finished=replica.finished, connection=transport.about()):
         return 0
     log.error("%s: leader lease lost; exiting so that the pod restarts as a candidate", options.identity)
     return 1

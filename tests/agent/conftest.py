@@ -68,7 +68,7 @@ class AgentEnv:
             if observer is not None:
                 observer(verb, resource, seconds, error)
 
-        api = KubeApi(self.api.api_client, backoff=self.api.backoff, observer=observe)
+        api = KubeApi(self.api.transport, backoff=self.api.backoff, observer=observe)
         recorder = EventRecorder(api, component="test-agent", min_update_interval=0.0)
         agent = NodeAgent(api, options, config or self.config(), Journal(self.state_dir / "journal.json"),
                           metrics=metrics, clock=clock, recorder=recorder)

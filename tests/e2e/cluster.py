@@ -119,8 +119,8 @@ class Cluster:
         self.node = os.environ["LOCALPV_E2E_NODE"]
         self.audit_log = os.environ.get("LOCALPV_E2E_AUDIT_LOG") or None
         self.workdir = Path(os.environ.get("LOCALPV_E2E_WORKDIR") or "/var/tmp/localpv-e2e")
-        self.client = make_api_client(self.kubeconfig)
-        self.api = KubeApi(self.client)
+        self.api = KubeApi(make_api_client(self.kubeconfig))
+        self._client: Any = None
         node = self.api.get(NODES, self.node)
         self.hostname = str(node["metadata"]["labels"].get("kubernetes.io/hostname") or self.node)
 
@@ -165,6 +165,16 @@ class Cluster:
     def delete(self, res: Resource, name: str, namespace: str | None = None, **options: Any) -> None:
         with contextlib.suppress(NotFound):
             self.api.delete(res, name, namespace, **options)
+
+    @property
+    def client(self) -> Any:
+        """The kubernetes package's ApiClient, for what KubeApi does not do (logs, exec, the
+        node proxy: not JSON objects)."""
+        if self._client is None:
+            from kubernetes import config
+
+            self._client = config.new_client_from_config(config_file=self.kubeconfig)
+        return self._client
 
     def pod_log(self, name: str, namespace: str, container: str | None = None) -> str:
         from kubernetes import client

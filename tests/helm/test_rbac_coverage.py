@@ -22,6 +22,7 @@ from localpv.agent.node import AgentOptions, NodeAgent
 from localpv.config import parse_config, read_config_data
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
+from localpv.kube.transport import connect
 from localpv.nfs.app import NfsOptions, NfsReplica
 from localpv.nfs.controller import ControllerSettings
 from localpv.nfs.provisioner import NfsSource
@@ -179,7 +180,7 @@ def test_agent_lifecycle_needs_nothing_beyond_the_charts_rbac(
         options = AgentOptions(node_name=NODE, namespace=NAMESPACE, job_image="localpv:test", discovery_period=0.2,
                                config_sync_period=0.2, retry_backoff=FAST, state_dir=str(tmp_path / "state"))
         os.makedirs(options.state_dir or "", exist_ok=True)
-        agent = NodeAgent(KubeApi(server.api_client(), backoff=FAST), options,
+        agent = NodeAgent(KubeApi(connect(server.url), backoff=FAST), options,
                           _agent_config(inst, fs_dir, block_dir, tmp_path),
                           Journal.initialise(str(tmp_path / "state" / "journal.json")))
         agent.start()
@@ -217,7 +218,7 @@ def test_nfs_lifecycle_needs_nothing_beyond_the_charts_rbac(charts: dict[str, In
         options = NfsOptions(source=NfsSource(str(env["NFS_SERVER"]), str(env["NFS_PATH"]), str(export), 0o777),
                              controller=ControllerSettings(provisioner_name=str(env["PROVISIONER_NAME"])),
                              leader_election=True, namespace=NAMESPACE)
-        replica = NfsReplica(KubeApi(server.api_client(), backoff=FAST), options)
+        replica = NfsReplica(KubeApi(connect(server.url), backoff=FAST), options)
         replica.start()
         try:
             server.create(claim("data", sc["metadata"]["name"], namespace=NAMESPACE, access_modes=("ReadWriteMany",)))
@@ -273,7 +274,7 @@ def test_node_cleanup_needs_nothing_beyond_the_charts_rbac(charts: dict[str, Ins
         server.requests.clear()
         options = NodeCleanupOptions(parse_class_names(args["--storageclass-names"]), pvc_deletion_delay=0.2,
                                      stale_pv_discovery_interval=0.2, worker_threads=2, sync_timeout=10.0)
-        controller = NodeCleanupController(KubeApi(server.api_client(), backoff=FAST), options)
+        controller = NodeCleanupController(KubeApi(connect(server.url), backoff=FAST), options)
         controller.start()
         try:
             server.delete("v1", "Node", "gone-soon")

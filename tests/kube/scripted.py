@@ -3,14 +3,16 @@
 The emulator answers like a real API server; this one answers like a broken one: HTML on
 200, a JSON array where an object belongs, a body cut short, a connection reset, a request
 left hanging, a watch line that is not JSON. Each test queues the answers it needs, in
-order; requests beyond the script get ``default``. Real HTTP through the real
-``kubernetes`` client, so what reaches ``KubeApi`` is what urllib3 really raises.
+order; requests beyond the script get ``default``. Real HTTP (and TLS, when given a
+context: client certificates are checked and their subject recorded) through both
+transports, so what reaches ``KubeApi`` is what urllib3 really raises.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import ssl
 import struct
 import threading
 from collections import deque
@@ -45,11 +47,18 @@ class Reset:
 
 
 @dataclass(frozen=True)
+class Close:
+    """Read the request, then close the connection without a word (FIN, no RST): what a
+    client sees when the server closed a pooled keep-alive connection as the request went
+    out on it."""
+
+
+@dataclass(frozen=True)
 class Hang:
     """Read the request and never answer (until the server stops)."""
 
 
-Answer = Reply | Stream | Reset | Hang
+Answer = Reply | Stream | Reset | Close | Hang
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,10 @@ class Request:
     method: str
     path: str
     query: dict[str, str]
+    #: Header names in lower case.
+    headers: dict[str, str] = field(default_factory=dict)
+    #: The common name of the client certificate the request came with, if any.
+    client_cn: str | None = None
 
     @property
     def watch(self) -> bool:
@@ -75,8 +88,9 @@ def event_line(kind: str, obj: dict[str, Any]) -> bytes:
 class ScriptedServer:
     """``with ScriptedServer() as srv: srv.script(Reply(503), Reply(200, {...}))``."""
 
-    def __init__(self, default: Answer | None = None) -> None:
+    def __init__(self, default: Answer | None = None, *, tls: ssl.SSLContext | None = None) -> None:
         self.default: Answer = default or Hang()
+        self.tls = tls
         self.requests: list[Request] = []
         self._answers: deque[Answer] = deque()
         self._lock = threading.Lock()
@@ -96,8 +110,10 @@ class ScriptedServer:
                     self.rfile.read(length)
                 parts = urlsplit(self.path)
                 query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                peer = _client_cn(self.connection)
                 with server._lock:
-                    server.requests.append(Request(self.command, parts.path, query))
+                    server.requests.append(Request(self.command, parts.path, query, headers, peer))
                     answer = server._answers.popleft() if server._answers else server.default
                     server._served.notify_all()
                 server._answer(self, answer)
@@ -106,6 +122,8 @@ class ScriptedServer:
 
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._http.daemon_threads = True
+        if tls is not None:
+            self._http.socket = tls.wrap_socket(self._http.socket, server_side=True)
         self._thread = threading.Thread(target=self._http.serve_forever, name="scripted-server", daemon=True)
 
     # ------------------------------------------------------------------ control
@@ -113,7 +131,11 @@ class ScriptedServer:
     @property
     def url(self) -> str:
         host, port = self._http.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host!s}:{port}"
+
+    @property
+    def port(self) -> int:
+        return int(self._http.server_address[1])
 
     def script(self, *answers: Answer) -> None:
         with self._lock:
@@ -125,13 +147,6 @@ class ScriptedServer:
             if not self._served.wait_for(lambda: len(self.requests) >= n, timeout):
                 raise AssertionError(f"only {len(self.requests)} of {n} requests arrived: {self.requests}")
             return list(self.requests)
-
-    def api_client(self) -> Any:
-        from kubernetes import client
-
-        configuration = client.Configuration()
-        configuration.host = self.url
-        return client.ApiClient(configuration)
 
     def __enter__(self) -> ScriptedServer:
         self._thread.start()
@@ -147,6 +162,10 @@ class ScriptedServer:
     def _answer(self, handler: BaseHTTPRequestHandler, answer: Answer) -> None:
         if isinstance(answer, Hang):
             self._stopped.wait()
+            handler.close_connection = True
+            return
+        if isinstance(answer, Close):
+            handler.connection.shutdown(socket.SHUT_RDWR)
             handler.close_connection = True
             return
         if isinstance(answer, Reset):
@@ -179,6 +198,15 @@ class ScriptedServer:
         handler.wfile.flush()
         if answer.truncate:
             handler.close_connection = True
+
+
+def _client_cn(connection: socket.socket) -> str | None:
+    cert = connection.getpeercert() if isinstance(connection, ssl.SSLSocket) else None
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
 
 
 class RecordingClock:

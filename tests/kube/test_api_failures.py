@@ -1,6 +1,8 @@
 """What every failure of a request becomes, and whether it is retried: the kube layer is a
 closed boundary (only :class:`ApiError` subclasses leave it), and the one place requests
-are retried. Backoff waits go through an injected clock, so nothing here sleeps."""
+are retried. Every test runs through both transports (localpv's own and the kubernetes
+package's: the ``connect_to`` fixture), over real HTTP. Backoff waits go through an
+injected clock, so nothing here sleeps."""
 
 from __future__ import annotations
 
@@ -14,8 +16,11 @@ from localpv.kube.api import KubeApi
 from localpv.kube.errors import ApiError, Backoff
 from localpv.kube.resources import CONFIG_MAPS, PERSISTENT_VOLUMES
 from localpv_emulator.apiserver import ApiServer
+from tests.kube.conftest import Connect
+from tests.kube.kubeconfigs import TOKEN
 from tests.kube.scripted import (
     Answer,
+    Close,
     Hang,
     RecordingClock,
     Reply,
@@ -52,11 +57,11 @@ def seen() -> Seen:
 
 
 @pytest.fixture
-def api(srv: ScriptedServer, clock: RecordingClock, seen: Seen) -> KubeApi:
+def api(srv: ScriptedServer, clock: RecordingClock, seen: Seen, connect_to: Connect) -> KubeApi:
     def observe(verb: str, resource: str, seconds: float, error: ApiError | None) -> None:
         seen.append((verb, resource, error))
 
-    return KubeApi(srv.api_client(), backoff=FAST, clock=clock, timeout=0.5, observer=observe)
+    return KubeApi(connect_to(srv.url), backoff=FAST, clock=clock, timeout=0.5, observer=observe)
 
 
 def error(code: int, reason: str, headers: dict[str, str] | None = None) -> Reply:
@@ -135,15 +140,17 @@ def test_retry_after_seconds_are_waited_instead_of_the_backoff(srv: ScriptedServ
     assert clock.waits == [7.0]
 
 
-def test_retry_after_beyond_the_backoff_maximum_is_capped(srv: ScriptedServer, clock: RecordingClock) -> None:
-    api = KubeApi(srv.api_client(), backoff=Backoff(initial=0.01, maximum=5.0, attempts=3, jitter=0.0), clock=clock)
+def test_retry_after_beyond_the_backoff_maximum_is_capped(srv: ScriptedServer, clock: RecordingClock,
+                                                          connect_to: Connect) -> None:
+    api = KubeApi(connect_to(srv.url), backoff=Backoff(initial=0.01, maximum=5.0, attempts=3, jitter=0.0), clock=clock)
     srv.script(error(429, "TooManyRequests", {"Retry-After": "3600"}), Reply(200, CM))
     api.get(CONFIG_MAPS, "x", "default")
     assert clock.waits == [5.0]
 
 
-def test_the_emulators_429_is_waited_out_for_its_retry_after(apiserver: ApiServer, clock: RecordingClock) -> None:
-    api = KubeApi(apiserver.api_client(), backoff=FAST, clock=clock)
+def test_the_emulators_429_is_waited_out_for_its_retry_after(apiserver: ApiServer, clock: RecordingClock,
+                                                             connect_to: Connect) -> None:
+    api = KubeApi(connect_to(apiserver.url), backoff=FAST, clock=clock)
     apiserver.faults.error_rate("create", 1.0, code=429)
     with pytest.raises(errors.Retryable) as caught:
         api.create(CONFIG_MAPS, {**CM, "metadata": {"name": "y", "namespace": "default"}})
@@ -243,49 +250,37 @@ def test_update_writes_nothing_when_nothing_changes_and_gives_up_after_its_attem
 # ---------------------------------------------------------------- a pooled connection closed under us
 
 
-class _Answer:
-    status = 200
-    headers: dict[str, str] = {}
-
-    def read(self) -> bytes:
-        return b'{"metadata": {"name": "x"}}'
-
-
-class _FirstCallFails:
-    """A client whose first request dies with ``error`` (urllib3 raises it without retries)."""
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-        self.calls = 0
-        self.user_agent = ""
-
-    def param_serialize(self, **kw: Any) -> tuple[str, str, Any, None, None]:
-        return kw["method"], "http://127.0.0.1:1" + kw["resource_path"], kw["header_params"], None, None
-
-    def call_api(self, *args: Any, **kwargs: Any) -> _Answer:
-        self.calls += 1
-        if self.calls == 1:
-            raise self.error
-        return _Answer()
-
-
-def test_a_request_the_server_never_saw_is_sent_again_at_once(clock: RecordingClock, seen: Seen) -> None:
-    import http.client
-
-    import urllib3
-
-    stale = urllib3.exceptions.ProtocolError("Connection aborted.", http.client.RemoteDisconnected("closed"))
-    client = _FirstCallFails(stale)
-    api = KubeApi(client, backoff=FAST, clock=clock, observer=lambda v, r, s, e: seen.append((v, r, e)))
+def test_a_request_the_server_never_answered_is_sent_again_at_once(srv: ScriptedServer, api: KubeApi,
+                                                                   clock: RecordingClock, seen: Seen) -> None:
+    srv.script(Close(), Reply(200, CM))
     assert api.get(CONFIG_MAPS, "x", "default")["metadata"]["name"] == "x"
-    assert client.calls == 2 and clock.waits == [] and [e for _, _, e in seen] == [None]
+    assert len(srv.requests) == 2 and clock.waits == [] and [e for _, _, e in seen] == [None]
 
 
-def test_a_reset_after_the_request_went_out_waits_for_the_backoff(clock: RecordingClock) -> None:
-    import urllib3
+def test_a_request_is_sent_again_at_once_only_once(srv: ScriptedServer, api: KubeApi, clock: RecordingClock) -> None:
+    srv.script(Close(), Close(), Reply(200, CM))
+    assert api.get(CONFIG_MAPS, "x", "default")["metadata"]["name"] == "x"
+    assert len(srv.requests) == 3 and clock.waits == [0.01], "the second time, the backoff's wait"
 
-    reset = urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset"))
-    client = _FirstCallFails(reset)
-    api = KubeApi(client, backoff=FAST, clock=clock)
+
+def test_a_reset_after_the_request_went_out_waits_for_the_backoff(srv: ScriptedServer, api: KubeApi,
+                                                                  clock: RecordingClock) -> None:
+    srv.script(Reset(), Reply(200, CM))
     api.get(CONFIG_MAPS, "x", "default")
-    assert client.calls == 2 and clock.waits == [0.01]
+    assert len(srv.requests) == 2 and clock.waits == [0.01]
+
+
+# ---------------------------------------------------------------- what every request carries
+
+
+def test_every_request_carries_the_user_agent_the_token_and_its_body_type(srv: ScriptedServer,
+                                                                           connect_to: Connect) -> None:
+    api = KubeApi(connect_to(srv.url), user_agent="localpv-test/1")
+    srv.script(Reply(200, CM), Reply(201, CM), Reply(200, CM))
+    api.get(CONFIG_MAPS, "x", "default")
+    api.create(CONFIG_MAPS, CM)
+    api.patch(CONFIG_MAPS, "x", [{"op": "add", "path": "/data", "value": {}}], "default", patch_type="json")
+    assert [r.headers["user-agent"] for r in srv.requests] == ["localpv-test/1"] * 3
+    assert [r.headers["authorization"] for r in srv.requests] == [f"Bearer {TOKEN}"] * 3
+    assert [r.headers.get("content-type") for r in srv.requests][1:] == ["application/json",
+                                                                          "application/json-patch+json"]

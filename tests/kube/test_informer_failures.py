@@ -1,7 +1,8 @@
-"""The informer's list+watch loop under failure: 410 relists from scratch, a permanent error
-drops the resourceVersion, garbage (a list body or a watch line that is not what it should
-be) never kills the thread, and the periodic relist of ``minResyncPeriod``. Backoff runs on
-a manual clock that the test moves, so no test sleeps through a delay."""
+"""The informer's list+watch loop under failure, through both transports: 410 relists from
+scratch, a permanent error drops the resourceVersion, garbage (a list body or a watch line
+that is not what it should be) never kills the thread, and the periodic relist of
+``minResyncPeriod``. Backoff runs on a manual clock that the test moves once the informer
+waits on it, so no test sleeps through a delay."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from localpv.kube.informer import Informer, jittered_period
 from localpv.kube.resources import PERSISTENT_VOLUMES
 from localpv_emulator.apiserver import ApiServer, RequestRecord
 from tests.conftest import wait_for
+from tests.kube.conftest import Connect
 from tests.kube.scripted import RecordingClock, Reply, ScriptedServer, Stream, event_line, status_body
 
 #: One virtual second between tries, whatever the count: the test advances past it.
@@ -58,15 +60,16 @@ def run(informers: list[Informer], informer: Informer) -> Informer:
 
 
 def test_a_410_relists_from_scratch_and_sees_what_it_missed(apiserver: ApiServer, clock: ManualClock,
-                                                            informers: list[Informer]) -> None:
+                                                            informers: list[Informer], connect_to: Connect) -> None:
     apiserver.create(pv("pv-a"))
-    informer = run(informers, Informer(KubeApi(apiserver.api_client()), PERSISTENT_VOLUMES, clock=clock,
+    informer = run(informers, Informer(KubeApi(connect_to(apiserver.url)), PERSISTENT_VOLUMES, clock=clock,
                                        backoff=STEADY))
     wait_for(lambda: verbs(apiserver) == ["list", "watch"], what="list, then watch")
     first_rv = informer.resource_version
     apiserver.faults.error_rate("watch", 1.0, code=503)
     apiserver.faults.drop_watches()
-    wait_for(lambda: len(verbs(apiserver)) == 3, what="a failed re-watch")  # now backing off on the manual clock
+    wait_for(lambda: len(verbs(apiserver)) == 3, what="a failed re-watch")
+    wait_for(lambda: clock.waiters, what="the informer backing off on the manual clock")
     apiserver.create(pv("pv-b"))
     apiserver.faults.forget_history()
     apiserver.faults.reset()
@@ -85,14 +88,15 @@ def test_a_410_relists_from_scratch_and_sees_what_it_missed(apiserver: ApiServer
 
 
 def test_a_permanent_watch_error_drops_the_version_and_relists(apiserver: ApiServer, clock: ManualClock,
-                                                               informers: list[Informer]) -> None:
-    informer = run(informers, Informer(KubeApi(apiserver.api_client()), PERSISTENT_VOLUMES, clock=clock,
+                                                               informers: list[Informer], connect_to: Connect) -> None:
+    informer = run(informers, Informer(KubeApi(connect_to(apiserver.url)), PERSISTENT_VOLUMES, clock=clock,
                                        backoff=STEADY))
     wait_for(lambda: verbs(apiserver) == ["list", "watch"], what="list, then watch")
     apiserver.faults.error_rate("watch", 1.0, code=403)
     apiserver.faults.drop_watches()
     wait_for(lambda: [(r.verb, r.status) for r in pv_requests(apiserver)][2:] == [("watch", 403)],
              what="the forbidden watch")
+    wait_for(lambda: clock.waiters, what="the informer backing off on the manual clock")
     apiserver.faults.reset()
     clock.advance(5)
     wait_for(lambda: len(verbs(apiserver)) >= 5, what="recovery")
@@ -101,13 +105,13 @@ def test_a_permanent_watch_error_drops_the_version_and_relists(apiserver: ApiSer
     assert informer.stats.errors == 1
 
 
-def test_a_garbage_list_body_does_not_kill_the_informer(informers: list[Informer]) -> None:
+def test_a_garbage_list_body_does_not_kill_the_informer(informers: list[Informer], connect_to: Connect) -> None:
     with ScriptedServer() as srv:
         srv.script(Reply(200, b"<html>502 from a proxy, said with a 200</html>"),
                    Reply(200, {"kind": "PersistentVolumeList", "metadata": {"resourceVersion": "5"},
                                "items": [pv("pv-a")]}),
                    Stream((), hang=True))
-        informer = run(informers, Informer(KubeApi(srv.api_client()), PERSISTENT_VOLUMES, clock=RecordingClock(),
+        informer = run(informers, Informer(KubeApi(connect_to(srv.url)), PERSISTENT_VOLUMES, clock=RecordingClock(),
                                            backoff=STEADY))
         srv.wait_requests(3)
         assert informer.get("pv-a") is not None
@@ -118,7 +122,8 @@ def test_a_garbage_list_body_does_not_kill_the_informer(informers: list[Informer
 
 @pytest.mark.parametrize("line", [b"this is not JSON\n", b"[1, 2]\n", b'{"type": "ADDED", "object": "x"}\n'],
                          ids=["not JSON", "array", "object not a dict"])
-def test_a_garbage_watch_line_makes_the_informer_relist(line: bytes, informers: list[Informer]) -> None:
+def test_a_garbage_watch_line_makes_the_informer_relist(line: bytes, informers: list[Informer],
+                                                        connect_to: Connect) -> None:
     def listing(rv: str, *names: str) -> Reply:
         return Reply(200, {"kind": "PersistentVolumeList", "metadata": {"resourceVersion": rv},
                            "items": [pv(n) for n in names]})
@@ -128,7 +133,7 @@ def test_a_garbage_watch_line_makes_the_informer_relist(line: bytes, informers: 
         srv.script(listing("5", "pv-a"), Stream((event_line("ADDED", added), line)),
                    listing("9", "pv-a", "pv-c"), Stream((), hang=True))
         clock = RecordingClock()
-        informer = run(informers, Informer(KubeApi(srv.api_client()), PERSISTENT_VOLUMES, clock=clock,
+        informer = run(informers, Informer(KubeApi(connect_to(srv.url)), PERSISTENT_VOLUMES, clock=clock,
                                            backoff=STEADY))
         requests = srv.wait_requests(4)
         assert [("watch" if r.watch else "list") for r in requests] == ["list", "watch", "list", "watch"], \
@@ -141,7 +146,8 @@ def test_a_garbage_watch_line_makes_the_informer_relist(line: bytes, informers: 
 
 
 def test_an_unexpected_exception_is_logged_counted_and_relisted(apiserver: ApiServer, informers: list[Informer],
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+                                                                caplog: pytest.LogCaptureFixture,
+                                                                connect_to: Connect) -> None:
     class Flaky(KubeApi):
         calls = 0
 
@@ -153,19 +159,19 @@ def test_an_unexpected_exception_is_logged_counted_and_relisted(apiserver: ApiSe
 
     apiserver.create(pv("pv-a"))
     clock = RecordingClock()
-    informer = run(informers, Informer(Flaky(apiserver.api_client()), PERSISTENT_VOLUMES, clock=clock,
+    informer = run(informers, Informer(Flaky(connect_to(apiserver.url)), PERSISTENT_VOLUMES, clock=clock,
                                        backoff=STEADY))
     assert informer.get("pv-a") is not None and informer.stats.errors == 1 and clock.waits == [1.0]
     assert "a bug nobody foresaw" in caplog.text
 
 
-def test_a_429_on_the_list_is_waited_out_for_its_retry_after(informers: list[Informer]) -> None:
+def test_a_429_on_the_list_is_waited_out_for_its_retry_after(informers: list[Informer], connect_to: Connect) -> None:
     with ScriptedServer() as srv:
         srv.script(Reply(429, status_body(429, "TooManyRequests"), {"Retry-After": "4"}),
                    Reply(200, {"kind": "PersistentVolumeList", "metadata": {"resourceVersion": "5"}, "items": []}),
                    Stream((), hang=True))
         clock = RecordingClock()
-        run(informers, Informer(KubeApi(srv.api_client()), PERSISTENT_VOLUMES, clock=clock, backoff=STEADY))
+        run(informers, Informer(KubeApi(connect_to(srv.url)), PERSISTENT_VOLUMES, clock=clock, backoff=STEADY))
         assert clock.waits == [4.0]
         assert len(srv.wait_requests(3)) == 3, "one list refused, one list, one watch: no retries stacked inside"
 
@@ -182,9 +188,9 @@ def test_the_resync_period_is_drawn_in_min_to_twice_min() -> None:
 
 
 def test_the_informer_relists_once_its_period_is_over(apiserver: ApiServer, clock: ManualClock,
-                                                      informers: list[Informer]) -> None:
+                                                      informers: list[Informer], connect_to: Connect) -> None:
     apiserver.create(pv("pv-a"))
-    informer = run(informers, Informer(KubeApi(apiserver.api_client()), PERSISTENT_VOLUMES, clock=clock,
+    informer = run(informers, Informer(KubeApi(connect_to(apiserver.url)), PERSISTENT_VOLUMES, clock=clock,
                                        backoff=STEADY, resync_period=lambda: 100.0))
     wait_for(lambda: verbs(apiserver) == ["list", "watch"], what="list, then watch")
     assert "timeoutSeconds=100" in pv_requests(apiserver)[1].query, "the watch ends when the relist is due"

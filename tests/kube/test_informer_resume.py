@@ -12,6 +12,7 @@ from localpv.kube.informer import Informer
 from localpv.kube.resources import PERSISTENT_VOLUMES
 from localpv_emulator.apiserver import ApiServer
 from tests.conftest import wait_for
+from tests.kube.conftest import Connect
 
 
 def pv(name: str) -> dict[str, Any]:
@@ -22,11 +23,11 @@ def pv(name: str) -> dict[str, Any]:
                          {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n"]}]}]}}}}
 
 
-def test_a_cut_watch_never_replays_an_older_incarnation() -> None:
+def test_a_cut_watch_never_replays_an_older_incarnation(connect_to: Connect) -> None:
     server = ApiServer(binder=False)
     server.start()
     try:
-        api = KubeApi(server.api_client())
+        api = KubeApi(connect_to(server.url))
         seen: list[str] = []
 
         def record(kind: str, _old: Any, new: Any) -> None:
@@ -52,13 +53,13 @@ def test_a_cut_watch_never_replays_an_older_incarnation() -> None:
         server.stop()
 
 
-def test_a_watch_that_keeps_being_cut_is_retried_at_the_first_delay_not_ever_slower() -> None:
+def test_a_watch_that_keeps_being_cut_is_retried_at_the_first_delay_not_ever_slower(connect_to: Connect) -> None:
     # Found by the agent campaign: each cut counted as one more failure in a row, so after a
     # few API-server restarts the PV cache waited seconds, then tens of seconds, to watch again.
     server = ApiServer(binder=False)
     server.start()
     try:
-        inf = Informer(KubeApi(server.api_client()), PERSISTENT_VOLUMES,
+        inf = Informer(KubeApi(connect_to(server.url)), PERSISTENT_VOLUMES,
                        backoff=Backoff(initial=0.01, maximum=5.0, attempts=1_000_000, jitter=0.0))
         runs: list[int] = []
         original = inf._back_off

@@ -17,6 +17,7 @@ from localpv.kube.api import KubeApi
 from localpv.kube.errors import NO_RETRY, Backoff
 from localpv.kube.ratelimit import AGENT_RATE, CONTROLLER_RATE, TokenBucket, rate_limiter
 from localpv.kube.resources import CONFIG_MAPS, PERSISTENT_VOLUMES
+from localpv.kube.transport import connect
 from tests.kube.scripted import RecordingClock, Reply, ScriptedServer, Stream, event_line, status_body
 
 CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}}
@@ -88,7 +89,7 @@ def test_no_limit_when_qps_is_zero() -> None:
 
 def test_every_request_through_kubeapi_waits_for_a_token(srv: ScriptedServer) -> None:
     clock = RecordingClock()
-    api = KubeApi(srv.api_client(), clock=clock, limiter=TokenBucket(1.0, 2, clock=clock))
+    api = KubeApi(connect(srv.url), clock=clock, limiter=TokenBucket(1.0, 2, clock=clock))
     srv.script(*[Reply(200, CM)] * 5)
     for _ in range(5):
         api.get(CONFIG_MAPS, "x", "default")
@@ -97,7 +98,7 @@ def test_every_request_through_kubeapi_waits_for_a_token(srv: ScriptedServer) ->
 
 def test_each_retry_takes_a_token(srv: ScriptedServer) -> None:
     spy = Spy()
-    api = KubeApi(srv.api_client(), clock=RecordingClock(), limiter=spy,
+    api = KubeApi(connect(srv.url), clock=RecordingClock(), limiter=spy,
                   backoff=Backoff(initial=0.01, maximum=0.01, attempts=5, jitter=0.0))
     srv.script(Reply(503, status_body(503, "ServiceUnavailable")), Reply(503, status_body(503, "x")), Reply(200, CM))
     api.get(CONFIG_MAPS, "x", "default")
@@ -106,7 +107,7 @@ def test_each_retry_takes_a_token(srv: ScriptedServer) -> None:
 
 def test_a_watch_takes_one_token_however_many_events_it_brings(srv: ScriptedServer) -> None:
     spy = Spy()
-    api = KubeApi(srv.api_client(), limiter=spy)
+    api = KubeApi(connect(srv.url), limiter=spy)
     srv.script(Stream(tuple(event_line("ADDED", {"metadata": {"name": f"pv-{i}", "resourceVersion": str(i)}})
                             for i in range(50))))
     assert len(list(api.watch(PERSISTENT_VOLUMES, resource_version="0"))) == 50
@@ -114,9 +115,9 @@ def test_a_watch_takes_one_token_however_many_events_it_brings(srv: ScriptedServ
 
 
 def test_an_api_with_another_policy_shares_the_process_limiter(srv: ScriptedServer) -> None:
-    api = KubeApi(srv.api_client(), limiter=Spy())
+    api = KubeApi(connect(srv.url), limiter=Spy())
     fast = api.with_policy(backoff=NO_RETRY, timeout=2.0)
-    assert fast.limiter is api.limiter and fast.observer is api.observer and fast.api_client is api.api_client
+    assert fast.limiter is api.limiter and fast.observer is api.observer and fast.transport is api.transport
     assert fast.backoff == NO_RETRY and fast.timeout == 2.0 and api.backoff != NO_RETRY
 
 
@@ -140,7 +141,7 @@ def test_node_cleanup_builds_its_api_with_the_limiter_from_the_environment(monke
 
     seen: list[KubeApi] = []
 
-    monkeypatch.setattr(kube_client, "make_api_client", lambda *a, **k: srv.api_client())
+    monkeypatch.setattr(kube_client, "make_api_client", lambda *a, **k: connect(srv.url))
     monkeypatch.setattr(nodecleanup_app, "NodeCleanupController", _controller_that_records(seen))
     result = CliRunner().invoke(cli, ["node-cleanup", "--listen-address", ""],
                                 env={"LOCALPV_KUBE_API_QPS": "7.5", "LOCALPV_KUBE_API_BURST": "11"})
@@ -151,16 +152,16 @@ def test_node_cleanup_builds_its_api_with_the_limiter_from_the_environment(monke
 
 def test_events_get_a_budget_of_their_own(srv: ScriptedServer) -> None:
     main, own = TokenBucket(5.0, 10), TokenBucket(1.0, 5)
-    api = KubeApi(srv.api_client(), limiter=main, event_limiter=own)
+    api = KubeApi(connect(srv.url), limiter=main, event_limiter=own)
     events = api.for_events()
     assert events.limiter is own and api.limiter is main
     for _ in range(5):
         events.limiter.reserve()  # a burst of warnings ...
     assert main.reserve() == 0.0  # ... leaves the volume actions' budget untouched
     # Without an event budget (tests that build a KubeApi by hand): a sibling at the same rate.
-    sibling = KubeApi(srv.api_client(), limiter=main).for_events().limiter
+    sibling = KubeApi(connect(srv.url), limiter=main).for_events().limiter
     assert isinstance(sibling, TokenBucket) and sibling is not main and (sibling.qps, sibling.burst) == (5.0, 10)
-    assert KubeApi(srv.api_client()).for_events().limiter is None
+    assert KubeApi(connect(srv.url)).for_events().limiter is None
 
 
 def test_a_process_sends_at_most_its_rate_plus_a_small_event_share(monkeypatch: pytest.MonkeyPatch,
@@ -175,7 +176,7 @@ def test_a_process_sends_at_most_its_rate_plus_a_small_event_share(monkeypatch: 
     assert CONTROLLER_EVENT_RATE.qps <= CONTROLLER_RATE.qps / 5 and AGENT_EVENT_RATE.qps <= AGENT_RATE.qps / 5
     seen: list[KubeApi] = []
 
-    monkeypatch.setattr(kube_client, "make_api_client", lambda *a, **k: srv.api_client())
+    monkeypatch.setattr(kube_client, "make_api_client", lambda *a, **k: connect(srv.url))
     monkeypatch.setattr(nodecleanup_app, "NodeCleanupController", _controller_that_records(seen))
     for env, expected in (({}, (CONTROLLER_EVENT_RATE.qps, CONTROLLER_EVENT_RATE.burst)),
                           ({"LOCALPV_EVENT_QPS": "0.5", "LOCALPV_EVENT_BURST": "3"}, (0.5, 3))):

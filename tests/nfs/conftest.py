@@ -16,6 +16,7 @@ from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.kube.events import RecordedEvent
 from localpv.kube.objects import Obj
+from localpv.kube.transport import connect
 from localpv.kube.workqueue import ItemBackoff
 from localpv.naming import PROVISIONED_BY_ANNOTATION
 from localpv.nfs.app import NfsOptions, NfsReplica
@@ -192,7 +193,7 @@ class Replicas:
             **({"identity": identity} if identity else {}),
         )
         # The API layer keeps real time: a manual clock is for the controller's own timers.
-        api = KubeApi(self.server.api_client(), backoff=Backoff(initial=0.01, maximum=0.1, attempts=8))
+        api = KubeApi(connect(self.server.url), backoff=Backoff(initial=0.01, maximum=0.1, attempts=8))
         replica = NfsReplica(api, options, metrics=NfsMetrics(), clock=clock)
         api.observer = replica.metrics.api.observe
         replica.start()

@@ -12,6 +12,7 @@ from localpv.kube.api import KubeApi
 from localpv.kube.errors import NO_RETRY
 from localpv.kube.events import EventRecorder
 from localpv.kube.leader import LeaderElector, LeaseConfig
+from localpv.kube.transport import connect
 from localpv.kube.workqueue import ItemBackoff
 from localpv.naming import lock_name
 from localpv.nfs.controller import ClusterCache, ControllerSettings, ProvisionController
@@ -30,7 +31,7 @@ class Candidate:
     """An elector plus a record of its callbacks."""
 
     def __init__(self, server: ApiServer, identity: str, recorder: bool = False) -> None:
-        api = KubeApi(server.api_client(), backoff=NO_RETRY, timeout=2.0)
+        api = KubeApi(connect(server.url), backoff=NO_RETRY, timeout=2.0)
         self.started = threading.Event()
         self.stopped = threading.Event()
         self.recorder = EventRecorder(api, component="test") if recorder else None
@@ -160,7 +161,7 @@ def test_a_controller_that_may_not_act_touches_nothing_and_catches_up_later(apis
     """``may_act`` is the lease check before disk and API writes; a late renewal must delay
     work, not drop it."""
     allowed = threading.Event()
-    api = KubeApi(apiserver.api_client())
+    api = KubeApi(connect(apiserver.url))
     cache = ClusterCache(api)
     provisioner = NfsProvisioner(NfsSource(SERVER, NFS_PATH, str(layout.export)), Export(str(layout.export)), cache,
                                  cluster="cluster-a")

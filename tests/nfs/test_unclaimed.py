@@ -23,6 +23,7 @@ import pytest
 from localpv.kube.api import KubeApi
 from localpv.kube.objects import Obj
 from localpv.kube.resources import PERSISTENT_VOLUMES
+from localpv.kube.transport import connect
 from localpv_emulator.binder import PVBinder
 from tests.conftest import wait_for
 from tests.nfs.conftest import Cluster, Layout, Replicas, history, records
@@ -35,7 +36,7 @@ REMOVE_CLAIM_REF = [{"op": "remove", "path": "/spec/claimRef"}]
 
 def unclaim(cluster: Cluster, pv: Obj) -> None:
     """What the operator runs (through the API, as kubectl would)."""
-    KubeApi(cluster.server.api_client()).patch(PERSISTENT_VOLUMES, pv["metadata"]["name"], REMOVE_CLAIM_REF,
+    KubeApi(connect(cluster.server.url)).patch(PERSISTENT_VOLUMES, pv["metadata"]["name"], REMOVE_CLAIM_REF,
                                                patch_type="json")
 
 
