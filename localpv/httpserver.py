@@ -11,7 +11,9 @@ import errno
 import ipaddress
 import json
 import logging
+import os
 import re
+import selectors
 import socket
 import threading
 from collections.abc import Callable, Iterable
@@ -164,7 +166,24 @@ class StatusServer:
         httpd.server_name, httpd.server_port = str(httpd.server_address[0]), int(httpd.server_address[1])
         httpd.daemon_threads = True
         self._httpd = httpd
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="status-http", daemon=True)
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._serve, name="status-http", daemon=True)
+
+    def _serve(self) -> None:
+        """Accept connections until :meth:`stop` writes to the wake pipe.
+
+        ``serve_forever`` wakes every half second to look for a shutdown request: a daemon on
+        every node woke twice a second for nothing. This loop sleeps in ``select`` on the
+        listening socket and the pipe, so the thread runs only when someone asks.
+        """
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._httpd, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while True:
+                for key, _ in selector.select():
+                    if key.fileobj == self._wake_r:
+                        return
+                    self._httpd.handle_request_noblock()
 
     def _refused(self) -> None:
         self.refused_connections += 1
@@ -177,9 +196,12 @@ class StatusServer:
         self._thread.start()
 
     def stop(self) -> None:
-        if self._thread.is_alive():  # shutdown() waits for serve_forever: forever if it never ran
-            self._httpd.shutdown()
+        if self._thread.is_alive():
+            os.write(self._wake_w, b"x")
+            self._thread.join(10)
         self._httpd.server_close()
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
 
 
 def _is_loopback(host: str) -> bool:
@@ -194,6 +216,10 @@ def _is_loopback(host: str) -> bool:
 class _BoundedServer(ThreadingHTTPServer):
     """A thread per connection, but only so many: past the bound a connection is closed at
     once (1,500 idle connections once grew a process to 222 threads)."""
+
+    def handle_request_noblock(self) -> None:
+        """One waiting connection, handled (socketserver's step of ``serve_forever``)."""
+        self._handle_request_noblock()  # type: ignore[attr-defined]
 
     slots: threading.BoundedSemaphore
     on_refused: Callable[[], None]

@@ -49,3 +49,27 @@ def test_status_is_served_to_this_host_only() -> None:
         server.stop()
     assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("::ffff:127.0.0.1")
     assert not _is_loopback("10.244.0.7") and not _is_loopback("192.168.1.2") and not _is_loopback("garbage")
+
+
+def _wakeups(native_id: int) -> int:
+    with open(f"/proc/self/task/{native_id}/status", encoding="ascii") as f:
+        line = next(line for line in f if line.startswith("voluntary_ctxt_switches"))
+    return int(line.split()[1])
+
+
+def test_the_server_thread_sleeps_until_someone_asks() -> None:
+    """A daemon on every node must not wake for nothing (``serve_forever`` polls twice a second)."""
+    server = serve()
+    try:
+        thread = next(t for t in threading.enumerate() if t.name == "status-http")
+        assert thread.native_id is not None
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5) as resp:
+            assert resp.status == 200
+        before = _wakeups(thread.native_id)
+        threading.Event().wait(1.5)  # the window watched, not a synchronisation
+        assert _wakeups(thread.native_id) - before == 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5) as resp:
+            assert resp.status == 200
+    finally:
+        server.stop()
+    assert not thread.is_alive()
