@@ -103,7 +103,11 @@ class StorageProbes:
     def _reset(self) -> None:
         """Empty state; also what a forked child starts from (no thread of the parent exists
         there, and the lock may have been held by one of them)."""
+        # One lock, two conditions: idle workers wait for a job (``_jobs``), callers for their
+        # jobs to end (``_cond``). Waking every worker whenever any probe ended cost a pass
+        # dozens of thread wake-ups for nothing.
         self._cond = threading.Condition()
+        self._jobs = threading.Condition(self._cond)
         self._queue: collections.deque[_Job[object]] = collections.deque()
         self._threads = 0
         self._idle = 0
@@ -148,7 +152,7 @@ class StorageProbes:
                 self._queue.append(job)
                 jobs.append((i, job))
             self._spawn_locked()
-            self._cond.notify_all()
+            self._jobs.notify(len(jobs))
             for i, job in jobs:
                 outcomes[i] = self._wait_locked(job)
         return cast("list[T | BaseException]", outcomes)
@@ -192,7 +196,7 @@ class StorageProbes:
         while True:
             with self._cond:
                 while not self._queue:
-                    if not self._cond.wait(_IDLE_EXIT) and not self._queue and \
+                    if not self._jobs.wait(_IDLE_EXIT) and not self._queue and \
                             self._threads - len(self._abandoned) > self.workers:
                         self._threads -= 1
                         self._idle -= 1
@@ -253,7 +257,7 @@ class StorageProbes:
             self._hung[job.key] = job
         if overdue:
             self._spawn_locked()
-            self._cond.notify_all()
+            self._jobs.notify(len(self._queue))
 
 
 _POOLS: weakref.WeakSet[StorageProbes] = weakref.WeakSet()
