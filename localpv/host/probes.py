@@ -106,8 +106,9 @@ class StorageProbes:
         # One lock, two conditions: idle workers wait for a job (``_jobs``), callers for their
         # jobs to end (``_cond``). Waking every worker whenever any probe ended cost a pass
         # dozens of thread wake-ups for nothing.
-        self._cond = threading.Condition()
-        self._jobs = threading.Condition(self._cond)
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        self._jobs = threading.Condition(lock)
         self._queue: collections.deque[_Job[object]] = collections.deque()
         self._threads = 0
         self._idle = 0
