@@ -253,7 +253,12 @@ class DynamicController:
         try:
             made = self.api.create(PERSISTENT_VOLUMES, pv)
         except AlreadyExists:
-            made = {}
+            # Made by an earlier attempt whose answer was lost: its uid goes into the journal
+            # too, which is what later tells a PV deleted by hand from one never made.
+            try:
+                made = self.api.get(PERSISTENT_VOLUMES, request.volume)
+            except ApiError:
+                made = {}
         except ApiError as err:
             with self._lock:
                 self._created.discard(request.volume)
@@ -392,6 +397,14 @@ class DynamicController:
             self.journal.put(record.moved(ImageState.ORPHANED, self.clock.now()))
             return
         claim = self.claim_by_uid(record.claim_uid)
+        if claim is not None and (claim.get("spec") or {}).get("volumeName") == name \
+                and record.state is not ImageState.DELETING:
+            # Its claim was bound to it, so it was handed out, even though the PV's uid never
+            # reached the journal (the create's answer lost, or a stop right after it).
+            log.warning("image %s (claim %s): its PV is gone but its claim is bound to it; kept as orphaned", name,
+                        record.claim)
+            self.journal.put(record.moved(ImageState.ORPHANED, self.clock.now()))
+            return
         waiting = claim is not None and not (claim.get("spec") or {}).get("volumeName") \
             and not claim["metadata"].get("deletionTimestamp") and record.state is not ImageState.DELETING
         if waiting:

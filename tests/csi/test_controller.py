@@ -271,3 +271,23 @@ def test_expansion_past_the_pool_is_refused_with_an_event(env: Env) -> None:
 
 def test_pool_config_default_is_a_mount_requirement(tmp_path: Path) -> None:
     assert Pool(PoolConfig("p", str(tmp_path), str(tmp_path))).config.require_mount is True
+
+
+def test_an_image_whose_pv_uid_was_never_recorded_is_kept_when_its_bound_pv_is_deleted(env: Env) -> None:
+    """The PV was made and bound, but its uid never reached the journal (the create's answer
+    was lost, or the agent stopped right after it). The PV is then deleted by hand: the claim
+    still names the volume, so the image was handed out and what is in it is kept."""
+    images = env.pool_env.pool.images
+    made = env.claim("data", node_name=NODE_NAME)
+    volume = f"pvc-{made['metadata']['uid']}"
+    made["spec"]["volumeName"] = volume
+    env.server.update(made)
+    fs_uuid = images.create(volume, 64 * MiB, fs=FsType.EXT4, provisioning=Provisioning.THIN)
+    ImageJournal(env.journal_path).put(ImageRecord(
+        volume=volume, pool="fast", size=64 * MiB, fs_type="ext4", provisioning="thin",
+        claim_uid=made["metadata"]["uid"], claim="default/data", state=ImageState.READY, since=1.0,
+        fs_uuid=fs_uuid))
+    env.start()
+    record = env.journal().get(volume)
+    assert record is not None and record.state is ImageState.ORPHANED
+    assert images.exists(volume)
