@@ -50,6 +50,9 @@ def dyn(release_factory: Callable[..., Release], cluster: Cluster) -> Iterator[D
     pool = rel.host.root / "pool"
     pool.mkdir()
     run("mount", device, str(pool))
+    # The agent sees the pool through a HostToContainer volume: containerd requires a
+    # shared or slave source mount (on most nodes systemd makes every mount shared).
+    run("mount", "--make-shared", str(pool))
     kubelet_dir = os.environ.get("LOCALPV_E2E_KUBELET_DIR") or "/var/lib/kubelet"
     rel.install(rel.values(dynamic={
         "driverName": DRIVER, "kubeletDir": kubelet_dir,
