@@ -92,11 +92,12 @@ def test_same_filesystem_file_bind_mounted_inside_is_named_and_untouched(
 def test_a_mount_stacked_on_the_root_mid_clean_does_not_pass_for_clean(tmpfs: Path, mounter: Mounter) -> None:
     """The final emptiness check looks at the directory that was cleaned (by descriptor), not
     at whatever the path names by then: an empty mount stacked on the root must not hide a
-    foreign mount left inside the volume."""
-    (tmpfs / "a" / "m").mkdir(parents=True)
-    mounter.tmpfs(tmpfs / "a" / "m", size=MiB)
+    foreign mount left inside the volume. (The walk takes entries in the order they are listed,
+    newest first on tmpfs: ``a``, made last, is done before the mount is stacked.)"""
     for i in range(600):
         (tmpfs / f"f{i}").write_text("x")
+    (tmpfs / "a" / "m").mkdir(parents=True)
+    mounter.tmpfs(tmpfs / "a" / "m", size=MiB)
     stacked: list[Path] = []
 
     def stack_a_mount_on_the_root() -> str | None:
@@ -108,6 +109,28 @@ def test_a_mount_stacked_on_the_root_mid_clean_does_not_pass_for_clean(tmpfs: Pa
         clean_directory(str(tmpfs), should_stop=stack_a_mount_on_the_root)
     assert stacked, "the mount was stacked during the walk"
     assert exc.value.remaining == ("a",)
+
+
+def test_a_mount_stacked_on_the_root_while_the_walk_is_below_it_stops_the_walk(
+    tmpfs: Path, mounter: Mounter
+) -> None:
+    """Climbing back with ``..`` from a sub-directory lands on whatever is mounted on the
+    directory it came from: the walk sees it is not that directory and stops, touching
+    nothing of the stacked mount."""
+    (tmpfs / "a").mkdir()
+    for i in range(600):
+        (tmpfs / "a" / f"f{i}").write_text("x")
+    stacked: list[Path] = []
+
+    def stack_a_mount_on_the_root() -> str | None:
+        if not stacked:
+            stacked.append(mounter.tmpfs(tmpfs, size=MiB))
+            (stacked[0] / "theirs").write_text("not ours")
+        return None
+
+    with pytest.raises(UnsafePathError, match="were moved during cleaning; stopped for safety"):
+        clean_directory(str(tmpfs), should_stop=stack_a_mount_on_the_root)
+    assert (stacked[0] / "theirs").read_text() == "not ours"
 
 
 def test_a_plain_directory_is_not_cleaned(tmp_path: Path) -> None:
