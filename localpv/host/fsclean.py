@@ -55,13 +55,16 @@ import argparse
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import signal
 import stat
+import struct
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 __all__ = [
     "CleanError",
@@ -81,8 +84,10 @@ __all__ = [
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ANY_PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
-#: Reopening an O_PATH descriptor through /proc/self/fd: that magic link is the very
-#: directory (mount and inode) already checked, so no name is looked up again.
+#: Reopening an O_PATH descriptor as ``.`` relative to itself: the lookup of ``.`` stays on
+#: the very directory (mount and inode) already checked - unlike ``..`` or a name, it never
+#: crosses into a mount - so nothing is looked up again. (Through the ``/proc/self/fd`` magic
+#: link it is the same directory, at the price of a lookup in procfs per directory.)
 _REOPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _EXPECT_MOUNT_POINT = "expected a mount point (a mounted volume), found"
 _OWNER_RWX = stat.S_IRWXU
@@ -325,16 +330,46 @@ def _unknown_mount(root: str, error: OSError) -> CleanError:
 
 
 def _mount_id(fd: int) -> int:
-    """The id of the mount an open descriptor belongs to (``mnt_id`` in ``/proc/self/fdinfo``).
+    """The id of the mount an open descriptor belongs to.
 
     Unlike ``st_dev`` it tells apart two mounts of the same filesystem, i.e. a bind mount.
     Works for ``O_PATH`` descriptors too, which can be had without touching the file.
+    The walk asks it once per directory, so it is asked of ``statx`` (``stx_mnt_id``, Linux
+    5.8): one system call, where ``mnt_id`` in ``/proc/self/fdinfo`` - the same number, the
+    fallback on older kernels - costs an open, reads and a close, a quarter of the walk's
+    time in a tree of small directories.
     """
+    statx = _libc_statx()
+    if statx is not None:
+        buf = ctypes.create_string_buffer(_STATX_SIZE)
+        if statx(fd, b"", _AT_EMPTY_PATH, _STATX_MNT_ID, buf) == 0 and \
+                _STATX_MASK.unpack_from(buf)[0] & _STATX_MNT_ID:
+            return int(_STATX_MNT_ID_FIELD.unpack_from(buf, _STATX_MNT_ID_OFFSET)[0])
     with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
         for line in f:
             if line.startswith(b"mnt_id:"):
                 return int(line.split()[1])
     raise OSError(f"no mnt_id in /proc/self/fdinfo/{fd}")
+
+
+_AT_EMPTY_PATH = 0x1000
+_STATX_MNT_ID = 0x1000
+_STATX_SIZE = 256  # struct statx, <linux/stat.h>
+_STATX_MASK = struct.Struct("=I")  # stx_mask, at offset 0: which fields the kernel filled
+_STATX_MNT_ID_FIELD = struct.Struct("=Q")
+_STATX_MNT_ID_OFFSET = 144
+
+
+@functools.cache
+def _libc_statx() -> Callable[[int, bytes, int, int, ctypes.Array[ctypes.c_char]], int] | None:
+    """glibc's ``statx`` (2.28 and later), or None."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).statx
+    except AttributeError:
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p)
+    fn.restype = ctypes.c_int
+    return cast(Callable[[int, bytes, int, int, "ctypes.Array[ctypes.c_char]"], int], fn)
 
 
 def _is_mount_root(fd: int) -> bool:
@@ -564,7 +599,7 @@ class _Walk:
                 return None
             if current.st_mode & _OWNER_RWX != _OWNER_RWX:
                 _grant_owner_access(path_fd, current)
-            return os.open(f"/proc/self/fd/{path_fd}", _REOPEN_FLAGS)
+            return os.open(".", _REOPEN_FLAGS, dir_fd=path_fd)
         except OSError as e:
             self._problem(f"cannot open a directory: {e.strerror or e}")
             return None

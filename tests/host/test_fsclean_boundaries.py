@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from localpv.host import fsclean
 from localpv.host.fsclean import DirtyVolumeError, UnsafePathError, clean_directory
 
 from .conftest import MiB, Mounter
@@ -160,3 +161,55 @@ def test_a_plain_directory_can_be_cleaned_when_the_caller_says_so(tmp_path: Path
     (plain / "d" / "f").write_text("x")
     clean_directory(str(plain), require_mount_point=False)
     assert os.listdir(plain) == []
+
+
+def test_a_mount_stacked_on_a_directory_after_its_check_is_not_entered(
+    tmpfs: Path, mounter: Mounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory is reopened through the very descriptor that was checked, never by its
+    name again: a mount stacked on it between the check and the reopening is not emptied."""
+    (tmpfs / "d").mkdir()
+    (tmpfs / "d" / "ours").write_text("tenant")
+    real_mount_id, stacked = fsclean._mount_id, []
+
+    def mount_id_then_stack(fd: int) -> int:
+        found = real_mount_id(fd)
+        if not stacked and os.readlink(f"/proc/self/fd/{fd}") == str(tmpfs / "d"):
+            stacked.append(mounter.tmpfs(tmpfs / "d", size=MiB))
+            (stacked[0] / "theirs").write_text("not ours")
+        return found
+
+    monkeypatch.setattr(fsclean, "_mount_id", mount_id_then_stack)
+    with pytest.raises(DirtyVolumeError, match="a filesystem is mounted inside the volume") as exc:
+        clean_directory(str(tmpfs))
+    assert stacked, "the mount was stacked between the check and the reopening"
+    assert exc.value.remaining == ("d",)
+    assert os.listdir(stacked[0]) == ["theirs"]
+    mounter.umount(stacked[0])
+    assert os.listdir(tmpfs / "d") == [], "the directory that was checked is the one emptied"
+
+
+@pytest.mark.parametrize("tree", ["directory", "file"])
+def test_mount_ids_come_from_fdinfo_where_statx_cannot_tell_them(
+    tmpfs: Path, tmp_path: Path, mounter: Mounter, monkeypatch: pytest.MonkeyPatch, tree: str
+) -> None:
+    """Kernels before 5.8 have no ``stx_mnt_id``: the walk reads ``/proc/self/fdinfo``, which
+    gives the same number, and still tells a bind mount of the same filesystem."""
+    fd = os.open(tmpfs, os.O_PATH)
+    try:
+        from_statx = fsclean._mount_id(fd)
+        monkeypatch.setattr(fsclean, "_libc_statx", lambda: None)
+        assert fsclean._mount_id(fd) == from_statx
+    finally:
+        os.close(fd)
+    precious = tmpfs / "precious"
+    if tree == "directory":
+        (precious / "inner").mkdir(parents=True)
+    else:
+        precious.write_text("keep")
+    vol = shared_filesystem_volume(tmpfs, tmp_path, mounter)
+    (vol / "x").mkdir() if tree == "directory" else (vol / "x").write_text("")
+    mounter.bind(precious, vol / "x")
+    with pytest.raises(DirtyVolumeError, match="a filesystem is mounted inside the volume"):
+        clean_directory(str(vol))
+    assert (precious / "inner").is_dir() if tree == "directory" else precious.read_text() == "keep"
