@@ -6,9 +6,21 @@ Run as root (real tmpfs mounts):
     python benchmarks/agent.py pass --entries 1000
     python benchmarks/agent.py rss --other-pvs 10000
     python benchmarks/agent.py health --volumes 100
+    LOCALPV_BENCH_UPSTREAM_LSP=/path/to/local-volume-provisioner \
+        python benchmarks/agent.py compare --volumes 10 --other-pvs 10000 --mounts 30
 
 Each prints its figures; the results with the command and the machine are recorded in
 docs/benchmarks.md. This is not a test: nothing here asserts anything.
+
+``compare`` runs `localpv agent` and, when it is built and named in
+``LOCALPV_BENCH_UPSTREAM_LSP``, upstream's local-volume-provisioner the same way: each a
+process of its own (benchmarks/programs.py), the same ConfigMap directory, a fresh
+emulator with the Node, the StorageClass and N PVs of other nodes, and a discovery
+directory holding V tmpfs volumes; both with their defaults (10 s periodic pass). Per
+program and cluster size: seconds from the start until its V PVs exist (a first start:
+empty state), CPU from the start until a 2 s window under 2 % of a CPU ("idle"), RSS and
+CPU over the following minute; then, with no other PVs, the mount -> PV latency of M
+more mounts made at random gaps of 0-5 s (seed 1).
 """
 
 from __future__ import annotations
@@ -16,16 +28,21 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import yaml
+from programs import UPSTREAM_LSP_ENV, Program, Running, in_own_root, localpv_program, upstream_binary
 
 from localpv.agent.journal import Journal
 from localpv.agent.node import AgentOptions, NodeAgent
@@ -34,7 +51,7 @@ from localpv.kube.api import KubeApi
 from localpv.kube.events import EventRecorder
 from localpv.metrics import AgentMetrics
 from localpv.naming import NODE_LABEL_KEY
-from localpv.testing.apiserver import ApiServer
+from localpv.testing.apiserver import ApiServer, resource_for
 from localpv.testing.hostfs import Mounter
 from localpv.testing.objects import node, storage_class
 
@@ -171,6 +188,20 @@ def unfiltered_rss(kubeconfig: Path) -> int:
         proc.wait(10)
 
 
+def add_other_pvs(server: ApiServer, count: int) -> None:
+    """PVs of other nodes (500 of them), as upstream or localpv on those nodes made them."""
+    for i in range(count):
+        server.create({"apiVersion": "v1", "kind": "PersistentVolume",
+                       "metadata": {"name": f"other-{i}", "labels": {NODE_LABEL_KEY: f"node-{i % 500}"},
+                                    "annotations": {"pv.kubernetes.io/provisioned-by":
+                                                    f"local-volume-provisioner-node-{i % 500}-x"}},
+                       "spec": {"capacity": {"storage": "100Gi"}, "local": {"path": f"/mnt/disks/v{i}"},
+                                "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
+                                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                                    {"key": "kubernetes.io/hostname", "operator": "In",
+                                     "values": [f"node-{i % 500}"]}]}]}}}})
+
+
 def bench_rss(other_pvs: int) -> None:
     """RSS of a real `localpv agent` process with 0 and with N PVs of other nodes in the cluster."""
     rows = []
@@ -178,16 +209,7 @@ def bench_rss(other_pvs: int) -> None:
         server = ApiServer(binder=False)
         server.start()
         setup(server)
-        for i in range(count):
-            server.create({"apiVersion": "v1", "kind": "PersistentVolume",
-                           "metadata": {"name": f"other-{i}", "labels": {NODE_LABEL_KEY: f"node-{i % 500}"},
-                                        "annotations": {"pv.kubernetes.io/provisioned-by":
-                                                        f"local-volume-provisioner-node-{i % 500}-x"}},
-                           "spec": {"capacity": {"storage": "100Gi"}, "local": {"path": f"/mnt/disks/v{i}"},
-                                    "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
-                                    "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                                        {"key": "kubernetes.io/hostname", "operator": "In",
-                                         "values": [f"node-{i % 500}"]}]}]}}}})
+        add_other_pvs(server, count)
         work = Path(tempfile.mkdtemp(prefix="bench-rss-"))
         (work / "d").mkdir()
         kubeconfig = work / "kubeconfig"
@@ -282,6 +304,136 @@ def bench_health(volumes: int, passes: int = 20) -> None:
     print(f"  reading identities: {(with_ids - without) * 1000 / volumes * 100:.1f} ms per pass per 100 volumes")
 
 
+HOST_DIR = "/mnt/disks"
+#: Where upstream's image expects its ConfigMap, and where the benchmark puts its program.
+UPSTREAM_CONFIG = "/etc/provisioner/config"
+
+
+def agent_programs() -> list[Callable[[Path, Path, Path], Program]]:
+    """Each node agent, given (work dir, ConfigMap directory, kubeconfig); both run on NODE."""
+    programs: list[Callable[[Path, Path, Path], Program]] = [
+        lambda work, config, kubeconfig: localpv_program(
+            "localpv agent", ["agent", "--config", str(config), "--kubeconfig", str(kubeconfig),
+                              "--listen-address", "127.0.0.1:0", "--state-dir", str(work / "state")],
+            {"MY_NODE_NAME": NODE})]
+    binary = upstream_binary(UPSTREAM_LSP_ENV)
+    if binary is not None:
+        programs.append(lambda work, config, kubeconfig: Program(
+            "local-volume-provisioner",
+            in_own_root(["/local-volume-provisioner", "--listen-address=127.0.0.1:0"],
+                        {"/local-volume-provisioner": Path(binary), UPSTREAM_CONFIG: config,
+                         "/kubeconfig": kubeconfig, str(work / "disks"): work / "disks"}, work / "root"),
+            {"MY_NODE_NAME": NODE, "MY_NAMESPACE": "default", "KUBECONFIG": "/kubeconfig",
+             "PATH": os.environ.get("PATH", "/usr/bin:/bin")}))
+    return programs
+
+
+@dataclass(frozen=True)
+class AgentFigures:
+    name: str
+    other_pvs: int
+    ready: float
+    cpu_to_idle: float
+    rss_idle: int
+    idle_cpu_per_minute: float
+    latencies_ms: list[float]
+
+
+def own_paths_seen(server: ApiServer, paths: set[str]) -> set[str]:
+    """Which of ``paths`` have a PV on NODE (read from the store: a poll must not load the server).
+    PVs of other nodes carry the same paths: the node is told by the PV's node affinity."""
+    seen = set()
+    for pv in server.store.items(resource_for("v1", "PersistentVolume")):
+        path = pv["spec"].get("local", {}).get("path")
+        if path in paths and NODE in pv_nodes(pv):
+            seen.add(path)
+    return seen
+
+
+def pv_nodes(pv: dict[str, Any]) -> set[str]:
+    terms = pv["spec"].get("nodeAffinity", {}).get("required", {}).get("nodeSelectorTerms", [])
+    return {value for term in terms for expr in term.get("matchExpressions", []) for value in expr.get("values", [])}
+
+
+def measure_agent(program_for: Callable[[Path, Path, Path], Program], volumes: int, other_pvs: int,
+                  idle_seconds: float, mounts: int) -> AgentFigures:
+    """One agent, as a process, on a fresh emulator and a fresh discovery directory."""
+    server = ApiServer(binder=False)
+    server.start()
+    setup(server)
+    add_other_pvs(server, other_pvs)
+    work = Path(tempfile.mkdtemp(prefix="bench-compare-"))
+    (work / "root").mkdir()
+    mounter = Mounter()
+    try:
+        disks = mounter.tmpfs(work / "disks", size=1 << 20)
+        subprocess.run(["mount", "--make-shared", str(disks)], check=True)  # later mounts reach upstream's namespace
+        for i in range(volumes):
+            mounter.tmpfs(disks / f"v{i}", size=1 << 20)
+        (work / "config").mkdir()
+        (work / "config" / "storageClassMap").write_text(yaml.safe_dump(
+            {"local-fs": {"hostDir": HOST_DIR, "mountDir": str(disks)}}))
+        program = program_for(work, work / "config", server.write_kubeconfig(work / "kubeconfig"))
+        own = {f"{HOST_DIR}/v{i}" for i in range(volumes)}
+        latencies: list[float] = []
+        with Running(program, work / "log") as proc:
+            ready = proc.wait_for(lambda: own_paths_seen(server, own) == own, 300, f"its {volumes} PVs")
+            cpu_to_idle = proc.wait_idle()
+            cpu0 = proc.cpu()
+            threading.Event().wait(idle_seconds)
+            idle_cpu, rss = (proc.cpu() - cpu0) * 60 / idle_seconds, proc.rss()
+            if mounts:
+                latencies = mount_latencies(proc, server, mounter, disks, mounts)
+        return AgentFigures(program.name, other_pvs, ready, cpu_to_idle, rss, idle_cpu, latencies)
+    finally:
+        mounter.umount_all()
+        server.stop()
+
+
+def mount_latencies(proc: Running, server: ApiServer, mounter: Mounter, disks: Path, mounts: int) -> list[float]:
+    """Mount M volumes at random gaps of 0-5 s (seed 1) while polling for their PVs; ms each took."""
+    rng = random.Random(1)
+    mounted: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            now = time.monotonic()
+            for path in own_paths_seen(server, set(mounted) - set(seen)):
+                seen[path] = now
+            stop.wait(0.005)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        for i in range(mounts):
+            threading.Event().wait(rng.uniform(0, 5))
+            path = f"{HOST_DIR}/m{i}"
+            mounter.tmpfs(disks / f"m{i}", size=1 << 20)
+            mounted[path] = time.monotonic()
+        proc.wait_for(lambda: len(seen) == mounts, 60, "the PVs of the mounts")
+    finally:
+        stop.set()
+        poller.join()
+    return [(seen[path] - mounted[path]) * 1000 for path in mounted]
+
+
+def bench_compare(volumes: int, other_pvs: int, idle_seconds: float, mounts: int) -> None:
+    """Each agent with no other PVs (and the mount latencies), then with N PVs of other nodes."""
+    rows = [measure_agent(program_for, volumes, count, idle_seconds, mounts if count == 0 else 0)
+            for count in (0, other_pvs) for program_for in agent_programs()]
+    print(f"{volumes} volumes on the node; each agent a process of its own, with its defaults:")
+    for r in rows:
+        line = (f"  {r.name}, {r.other_pvs} PVs of other nodes: own PVs after {r.ready:.2f} s, CPU to idle "
+                f"{r.cpu_to_idle:.2f} s, idle RSS {r.rss_idle / 2**20:.1f} MiB, idle CPU {r.idle_cpu_per_minute:.3f} s"
+                "/min")
+        if r.latencies_ms:
+            line += (f"; mount -> PV over {len(r.latencies_ms)} mounts: p50 {statistics.median(r.latencies_ms):.0f} "
+                     f"ms, p99 {percentile(r.latencies_ms, 0.99):.0f} ms, max {max(r.latencies_ms):.0f} ms")
+        print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -289,12 +441,18 @@ def main() -> None:
     sub.add_parser("pass").add_argument("--entries", type=int, default=1000)
     sub.add_parser("rss").add_argument("--other-pvs", type=int, default=10000)
     sub.add_parser("health").add_argument("--volumes", type=int, default=100)
+    compare = sub.add_parser("compare")
+    compare.add_argument("--volumes", type=int, default=10)
+    compare.add_argument("--other-pvs", type=int, default=10000)
+    compare.add_argument("--idle-seconds", type=float, default=60.0)
+    compare.add_argument("--mounts", type=int, default=30)
     args = parser.parse_args()
     if os.geteuid() != 0 and args.what != "rss":
         sys.exit("needs root (real tmpfs mounts)")
     print(machine())
     {"latency": lambda: bench_latency(args.mounts), "pass": lambda: bench_pass(args.entries),
-     "rss": lambda: bench_rss(args.other_pvs), "health": lambda: bench_health(args.volumes)}[args.what]()
+     "rss": lambda: bench_rss(args.other_pvs), "health": lambda: bench_health(args.volumes),
+     "compare": lambda: bench_compare(args.volumes, args.other_pvs, args.idle_seconds, args.mounts)}[args.what]()
 
 
 if __name__ == "__main__":
