@@ -23,7 +23,7 @@ from localpv.host.fsclean import (
     verify_empty,
 )
 
-from .conftest import LoopDevice, MiB, Mounter
+from .conftest import LoopDevice, MiB, Mounter, sh
 
 
 @pytest.fixture
@@ -350,3 +350,22 @@ def test_an_entry_that_keeps_changing_kind_fails_the_clean_after_one_more_try(
     with pytest.raises(DirtyVolumeError, match="cannot remove an entry: Is a directory") as exc:
         clean_directory(str(volume))
     assert exc.value.remaining == ("flapping",)
+
+
+@pytest.mark.root
+def test_a_directory_the_kernel_will_not_unlink_for_lack_of_permission_is_still_walked(volume: Path) -> None:
+    """unlinkat checks the permission to delete before the kind of the entry: an append-only
+    directory answers EPERM, not EISDIR. What it holds is removed as far as the kernel lets
+    us (its sub-directory's contents), and the clean fails for what stays."""
+    locked = volume / "locked"
+    (locked / "sub").mkdir(parents=True)
+    (locked / "sub" / "f").write_text("tenant")
+    (volume / "other").write_text("tenant")
+    sh("chattr", "+a", locked)
+    try:
+        with pytest.raises(DirtyVolumeError, match="cannot remove directory an entry: Operation not permitted"):
+            clean_directory(str(volume))
+        assert os.listdir(volume) == ["locked"]
+        assert os.listdir(locked / "sub") == []
+    finally:
+        sh("chattr", "-a", locked)
