@@ -8,9 +8,10 @@ Run as root:
 
 `cleanup` fills one tmpfs volume with a tree of files and empties it with the cleanup
 Job's command, `localpv cleanup --dir` (a process of its own, as in the Job: start-up,
-refusals, the child cleaner, the walk, the final check), then fills it again and removes
-the same tree with `rm -rf`; each round prints both wall times, their CPU (user + system
-of the processes, which other load on the machine disturbs less) and the ratio.
+refusals, the child cleaner, the walk, the final check), fills it again and removes the
+same tree with `rm -rf` (the two take turns going first); each round prints both wall
+times, their CPU (user + system of the processes, which other load on the machine
+disturbs less) and the ratios.
 `fs` fills N tmpfs volumes, cleans them with the agent's ProcTable (its default 4
 workers, the same code path as a released PV), refills them and removes the same trees
 with `rm -rf` (4 at a time, like the pool), and prints both times and the ratio. `block`
@@ -80,14 +81,16 @@ def bench_cleanup(files: int, rounds: int) -> None:
     print(f"one tmpfs volume of {files} files in 100 directories; `localpv cleanup --dir` vs `rm -rf`:")
     try:
         root = mounter.tmpfs(work / "disks" / "v", size=max(256 * MiB, files * 8192))
+        localpv = [sys.executable, "-m", "localpv", "cleanup", "--dir", str(root), "--discovery-dir",
+                   str(work / "disks")]
         for n in range(1, rounds + 1):
-            fill(root, files)
-            ours = timed([sys.executable, "-m", "localpv", "cleanup", "--dir", str(root),
-                          "--discovery-dir", str(work / "disks")])
-            assert not os.listdir(root), "not clean"
-            fill(root, files)
-            rm = timed(["rm", "-rf", "--", *sorted(str(root / name) for name in os.listdir(root))])
-            assert not os.listdir(root), "rm left something"
+            times = {}
+            for what in ("localpv", "rm") if n % 2 else ("rm", "localpv"):  # each goes first in turn
+                fill(root, files)
+                times[what] = timed(localpv if what == "localpv" else
+                                    ["rm", "-rf", "--", *sorted(str(root / name) for name in os.listdir(root))])
+                assert not os.listdir(root), f"{what} left something"
+            ours, rm = times["localpv"], times["rm"]
             print(f"  round {n}: localpv cleanup {ours[0]:.2f} s (CPU {ours[1]:.2f} user + {ours[2]:.2f} system), "
                   f"rm -rf {rm[0]:.2f} s (CPU {rm[1]:.2f} + {rm[2]:.2f}); ratio {ours[0] / rm[0]:.2f}, "
                   f"in CPU {(ours[1] + ours[2]) / (rm[1] + rm[2]):.2f}")
