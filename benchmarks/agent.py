@@ -42,7 +42,15 @@ from typing import Any
 
 import psutil
 import yaml
-from programs import UPSTREAM_LSP_ENV, Program, Running, in_own_root, localpv_program, upstream_binary
+from programs import (
+    UPSTREAM_LSP_ENV,
+    Program,
+    Running,
+    in_own_root,
+    localpv_program,
+    python_env,
+    upstream_binary,
+)
 
 from localpv.agent.journal import Journal
 from localpv.agent.node import AgentOptions, NodeAgent
@@ -175,17 +183,13 @@ threading.Event().wait()
 """
 
 
-def unfiltered_rss(kubeconfig: Path) -> int:
+def unfiltered_rss(kubeconfig: Path, log: Path) -> int:
     """RSS of a process caching every PV of the cluster, as upstream's informer does."""
-    proc = subprocess.Popen([sys.executable, "-c", UNFILTERED, str(kubeconfig)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        proc.stdout.readline()
+    program = Program("unfiltered PV informer", [sys.executable, "-c", UNFILTERED, str(kubeconfig)], python_env())
+    with Running(program, log) as proc:
+        proc.wait_for(lambda: bool(log.read_text().strip()), 120, "its informer to sync")
         threading.Event().wait(2)
-        return int(psutil.Process(proc.pid).memory_info().rss)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+        return proc.rss()
 
 
 def add_other_pvs(server: ApiServer, count: int) -> None:
@@ -202,40 +206,36 @@ def add_other_pvs(server: ApiServer, count: int) -> None:
                                      "values": [f"node-{i % 500}"]}]}]}}}})
 
 
+def agent_rss(other_pvs: int) -> tuple[int, int, int]:
+    """RSS of `localpv agent` idle among N PVs of other nodes, its PV lists, an unfiltered informer's RSS."""
+    server = ApiServer(binder=False)
+    server.start()
+    setup(server)
+    add_other_pvs(server, other_pvs)
+    work = Path(tempfile.mkdtemp(prefix="bench-rss-"))
+    (work / "d").mkdir()
+    kubeconfig = server.write_kubeconfig(work / "kubeconfig")
+    cfg = work / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"storageClassMap": {"local-fs": {"hostDir": "/mnt/disks",
+                                                                     "mountDir": str(work / "d")}}}))
+    program = localpv_program("localpv agent", ["agent", "--config", str(cfg), "--node", NODE, "--kubeconfig",
+                                                str(kubeconfig), "--listen-address", "127.0.0.1:0",
+                                                "--state-dir", str(work / "state")])
+    try:
+        with Running(program, work / "log") as proc:
+            proc.wait_for(lambda: server.requests.count(verb="watch", resource="persistentvolumes") > 0, 60,
+                          "its PV watch")
+            threading.Event().wait(3)  # idle a moment after the watch is open
+            rss = proc.rss()
+        lists = server.requests.count(verb="list", resource="persistentvolumes")
+        return rss, lists, unfiltered_rss(kubeconfig, work / "unfiltered.log")
+    finally:
+        server.stop()
+
+
 def bench_rss(other_pvs: int) -> None:
     """RSS of a real `localpv agent` process with 0 and with N PVs of other nodes in the cluster."""
-    rows = []
-    for count in (0, other_pvs):
-        server = ApiServer(binder=False)
-        server.start()
-        setup(server)
-        add_other_pvs(server, count)
-        work = Path(tempfile.mkdtemp(prefix="bench-rss-"))
-        (work / "d").mkdir()
-        kubeconfig = work / "kubeconfig"
-        server.write_kubeconfig(str(kubeconfig))
-        cfg = work / "config.yaml"
-        cfg.write_text(yaml.safe_dump({"storageClassMap": {"local-fs": {"hostDir": "/mnt/disks",
-                                                                         "mountDir": str(work / "d")}}}))
-        proc = subprocess.Popen([sys.executable, "-m", "localpv", "agent", "--config", str(cfg), "--node", NODE,
-                                 "--kubeconfig", str(kubeconfig), "--listen-address", "127.0.0.1:0",
-                                 "--state-dir", str(work / "state")], stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and server.requests.count(verb="watch",
-                                                                          resource="persistentvolumes") == 0:
-                time.sleep(0.05)
-            threading.Event().wait(3)  # idle a moment after the watch is open
-            rss = psutil.Process(proc.pid).memory_info().rss
-            lists = server.requests.count(verb="list", resource="persistentvolumes")
-            proc.terminate()
-            proc.wait(10)
-            unfiltered = unfiltered_rss(kubeconfig)
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-            server.stop()
-        rows.append((count, rss, lists, unfiltered))
+    rows = [(count, *agent_rss(count)) for count in (0, other_pvs)]
     print("`localpv agent` RSS once idle (label-filtered PV cache):")
     for count, rss, lists, unfiltered in rows:
         print(f"  {count:>6} PVs of other nodes: RSS {rss / 2**20:.1f} MiB ({lists} PV list requests: "

@@ -51,10 +51,14 @@ class Program:
     env: dict[str, str] = field(default_factory=dict)
 
 
+def python_env(env: Mapping[str, str] = {}) -> dict[str, str]:
+    """An environment in which this interpreter imports this checkout's ``localpv``, plus ``env``."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": PACKAGE_ROOT, **env}
+
+
 def localpv_program(name: str, args: list[str], env: Mapping[str, str] = {}) -> Program:
     """``localpv ARGS`` from this checkout, run by this interpreter."""
-    return Program(name, [sys.executable, "-m", "localpv", *args],
-                   {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": PACKAGE_ROOT, **env})
+    return Program(name, [sys.executable, "-m", "localpv", *args], python_env(env))
 
 
 def upstream_binary(variable: str) -> str | None:
