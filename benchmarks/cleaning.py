@@ -3,6 +3,7 @@
 Run as root:
 
     python benchmarks/cleaning.py cleanup --files 500000 --rounds 2
+    python benchmarks/cleaning.py cleanup --files 100000 --dirs 50000 --rounds 2
     python benchmarks/cleaning.py fs --volumes 20 --files 10000
     python benchmarks/cleaning.py block --size-mib 256
 
@@ -21,6 +22,7 @@ runs each shipped cleaner script on a loop device and prints MiB/s.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import resource
@@ -47,12 +49,13 @@ def machine() -> str:
             f"Python {platform.python_version()}, Linux {platform.release()}")
 
 
-def fill(root: Path, files: int) -> None:
-    """``files`` small files (64 bytes) spread over 100 directories, two levels deep."""
-    per_dir = max(1, files // 100)
+def fill(root: Path, files: int, dirs: int = 100) -> None:
+    """``files`` small files (64 bytes) spread over ``dirs`` directories, two levels deep."""
+    per_dir = max(1, files // dirs)
+    width = max(1, math.isqrt(dirs))
     data = b"x" * 64
-    for d in range(100):
-        sub = root / f"d{d // 10}" / f"e{d % 10}"
+    for d in range(dirs):
+        sub = root / f"d{d // width}" / f"e{d % width}"
         sub.mkdir(parents=True, exist_ok=True)
         dir_fd = os.open(sub, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -74,11 +77,11 @@ def timed(argv: list[str]) -> tuple[float, float, float]:
     return wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
 
 
-def bench_cleanup(files: int, rounds: int) -> None:
+def bench_cleanup(files: int, dirs: int, rounds: int) -> None:
     """`localpv cleanup --dir` vs `rm -rf` on one volume, the same tree, alternating."""
     work = Path(tempfile.mkdtemp(prefix="bench-cleanup-"))
     mounter = Mounter()
-    print(f"one tmpfs volume of {files} files in 100 directories; `localpv cleanup --dir` vs `rm -rf`:")
+    print(f"one tmpfs volume of {files} files in {dirs} directories; `localpv cleanup --dir` vs `rm -rf`:")
     try:
         root = mounter.tmpfs(work / "disks" / "v", size=max(256 * MiB, files * 8192))
         localpv = [sys.executable, "-m", "localpv", "cleanup", "--dir", str(root), "--discovery-dir",
@@ -86,7 +89,7 @@ def bench_cleanup(files: int, rounds: int) -> None:
         for n in range(1, rounds + 1):
             times = {}
             for what in ("localpv", "rm") if n % 2 else ("rm", "localpv"):  # each goes first in turn
-                fill(root, files)
+                fill(root, files, dirs)
                 times[what] = timed(localpv if what == "localpv" else
                                     ["rm", "-rf", "--", *sorted(str(root / name) for name in os.listdir(root))])
                 assert not os.listdir(root), f"{what} left something"
@@ -155,6 +158,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     cleanup = sub.add_parser("cleanup")
     cleanup.add_argument("--files", type=int, default=500_000)
+    cleanup.add_argument("--dirs", type=int, default=100)
     cleanup.add_argument("--rounds", type=int, default=2)
     fs = sub.add_parser("fs")
     fs.add_argument("--volumes", type=int, default=20)
@@ -166,7 +170,7 @@ def main() -> None:
         sys.exit("needs root (tmpfs mounts, loop devices)")
     print(machine())
     if args.what == "cleanup":
-        bench_cleanup(args.files, args.rounds)
+        bench_cleanup(args.files, args.dirs, args.rounds)
     elif args.what == "fs":
         bench_fs(args.volumes, args.files, args.workers)
     else:
