@@ -206,12 +206,18 @@ def add_other_pvs(server: ApiServer, count: int) -> None:
                                      "values": [f"node-{i % 500}"]}]}]}}}})
 
 
-def agent_rss(other_pvs: int) -> tuple[int, int, int]:
-    """RSS of `localpv agent` idle among N PVs of other nodes, its PV lists, an unfiltered informer's RSS."""
+def cluster_with_other_pvs(count: int) -> ApiServer:
+    """A started emulator (no binder) with NODE, the StorageClass and ``count`` PVs of other nodes."""
     server = ApiServer(binder=False)
     server.start()
     setup(server)
-    add_other_pvs(server, other_pvs)
+    add_other_pvs(server, count)
+    return server
+
+
+def agent_rss(other_pvs: int) -> tuple[int, int, int]:
+    """RSS of `localpv agent` idle among N PVs of other nodes, its PV lists, an unfiltered informer's RSS."""
+    server = cluster_with_other_pvs(other_pvs)
     work = Path(tempfile.mkdtemp(prefix="bench-rss-"))
     (work / "d").mkdir()
     kubeconfig = server.write_kubeconfig(work / "kubeconfig")
@@ -358,10 +364,7 @@ def pv_nodes(pv: dict[str, Any]) -> set[str]:
 def measure_agent(program_for: Callable[[Path, Path, Path], Program], volumes: int, other_pvs: int,
                   idle_seconds: float, mounts: int) -> AgentFigures:
     """One agent, as a process, on a fresh emulator and a fresh discovery directory."""
-    server = ApiServer(binder=False)
-    server.start()
-    setup(server)
-    add_other_pvs(server, other_pvs)
+    server = cluster_with_other_pvs(other_pvs)
     work = Path(tempfile.mkdtemp(prefix="bench-compare-"))
     (work / "root").mkdir()
     mounter = Mounter()
