@@ -8,9 +8,21 @@ Run as root (real tmpfs mounts):
     python -m benchmarks.agent health --volumes 100 [--agent-tree OTHER_CHECKOUT]
     python -m benchmarks.agent idle --volumes 10 [--agent-tree OTHER_CHECKOUT]
     python -m benchmarks.agent client [--agent-tree OTHER_CHECKOUT]
+    LOCALPV_BENCH_UPSTREAM_LSP=/path/to/local-volume-provisioner \
+        python -m benchmarks.agent compare --volumes 10 --other-pvs 10000 --mounts 30
 
 Each prints its figures; the results with the command and the machine are recorded in
 docs/benchmarks.md. This is not a test: nothing here asserts anything.
+
+``compare`` runs `localpv agent` and, when it is built and named in
+``LOCALPV_BENCH_UPSTREAM_LSP``, upstream's local-volume-provisioner the same way: each a
+process of its own (benchmarks/programs.py), the same ConfigMap directory, a fresh
+emulator with the Node, the StorageClass and N PVs of other nodes, and a discovery
+directory holding V tmpfs volumes; both with their defaults (10 s periodic pass). Per
+program and cluster size: seconds from the start until its V PVs exist (a first start:
+empty state), CPU from the start until a 2 s window under 2 % of a CPU ("idle"), RSS and
+CPU over the following minute; then, with no other PVs, the mount -> PV latency of M
+more mounts made at random gaps of 0-5 s (seed 1).
 """
 
 from __future__ import annotations
@@ -18,17 +30,30 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import yaml
 
+from benchmarks.programs import (
+    UPSTREAM_LSP_ENV,
+    Program,
+    Running,
+    in_own_root,
+    localpv_program,
+    python_env,
+    upstream_binary,
+)
 from localpv.agent.journal import Journal
 from localpv.agent.metrics import AgentMetrics
 from localpv.agent.node import AgentOptions, NodeAgent
@@ -37,7 +62,7 @@ from localpv.kube.api import KubeApi
 from localpv.kube.events import EventRecorder
 from localpv.kube.transport import connect
 from localpv.naming import NODE_LABEL_KEY
-from localpv_emulator.apiserver import ApiServer
+from localpv_emulator.apiserver import ApiServer, resource_for
 from localpv_emulator.objects import node, storage_class
 from tests.support.hostfs import Mounter
 
@@ -161,62 +186,65 @@ threading.Event().wait()
 """
 
 
-def unfiltered_rss(kubeconfig: Path) -> int:
+def unfiltered_rss(kubeconfig: Path, log: Path) -> int:
     """RSS of a process caching every PV of the cluster, as upstream's informer does."""
-    proc = subprocess.Popen([sys.executable, "-c", UNFILTERED, str(kubeconfig)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        proc.stdout.readline()
+    program = Program("unfiltered PV informer", [sys.executable, "-c", UNFILTERED, str(kubeconfig)], python_env())
+    with Running(program, log) as proc:
+        proc.wait_for(lambda: bool(log.read_text().strip()), 120, "its informer to sync")
         threading.Event().wait(2)
-        return int(psutil.Process(proc.pid).memory_info().rss)
+        return proc.rss()
+
+
+def add_other_pvs(server: ApiServer, count: int) -> None:
+    """PVs of other nodes (500 of them), as upstream or localpv on those nodes made them."""
+    for i in range(count):
+        server.create({"apiVersion": "v1", "kind": "PersistentVolume",
+                       "metadata": {"name": f"other-{i}", "labels": {NODE_LABEL_KEY: f"node-{i % 500}"},
+                                    "annotations": {"pv.kubernetes.io/provisioned-by":
+                                                    f"local-volume-provisioner-node-{i % 500}-x"}},
+                       "spec": {"capacity": {"storage": "100Gi"}, "local": {"path": f"/mnt/disks/v{i}"},
+                                "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
+                                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                                    {"key": "kubernetes.io/hostname", "operator": "In",
+                                     "values": [f"node-{i % 500}"]}]}]}}}})
+
+
+def cluster_with_other_pvs(count: int) -> ApiServer:
+    """A started emulator (no binder) with NODE, the StorageClass and ``count`` PVs of other nodes."""
+    server = ApiServer(binder=False)
+    server.start()
+    setup(server)
+    add_other_pvs(server, count)
+    return server
+
+
+def agent_rss(other_pvs: int) -> tuple[int, int, int]:
+    """RSS of `localpv agent` idle among N PVs of other nodes, its PV lists, an unfiltered informer's RSS."""
+    server = cluster_with_other_pvs(other_pvs)
+    work = Path(tempfile.mkdtemp(prefix="bench-rss-"))
+    (work / "d").mkdir()
+    kubeconfig = server.write_kubeconfig(work / "kubeconfig")
+    cfg = work / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"storageClassMap": {"local-fs": {"hostDir": "/mnt/disks",
+                                                                     "mountDir": str(work / "d")}}}))
+    program = localpv_program("localpv agent", ["agent", "--config", str(cfg), "--node", NODE, "--kubeconfig",
+                                                str(kubeconfig), "--listen-address", "127.0.0.1:0",
+                                                "--state-dir", str(work / "state")])
+    try:
+        with Running(program, work / "log") as proc:
+            proc.wait_for(lambda: server.requests.count(verb="watch", resource="persistentvolumes") > 0, 60,
+                          "its PV watch")
+            threading.Event().wait(3)  # idle a moment after the watch is open
+            rss = proc.rss()
+        lists = server.requests.count(verb="list", resource="persistentvolumes")
+        return rss, lists, unfiltered_rss(kubeconfig, work / "unfiltered.log")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        server.stop()
 
 
 def bench_rss(other_pvs: int) -> None:
     """RSS of a real `localpv agent` process with 0 and with N PVs of other nodes in the cluster."""
-    rows = []
-    for count in (0, other_pvs):
-        server = ApiServer(binder=False)
-        server.start()
-        setup(server)
-        for i in range(count):
-            server.create({"apiVersion": "v1", "kind": "PersistentVolume",
-                           "metadata": {"name": f"other-{i}", "labels": {NODE_LABEL_KEY: f"node-{i % 500}"},
-                                        "annotations": {"pv.kubernetes.io/provisioned-by":
-                                                        f"local-volume-provisioner-node-{i % 500}-x"}},
-                           "spec": {"capacity": {"storage": "100Gi"}, "local": {"path": f"/mnt/disks/v{i}"},
-                                    "accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs",
-                                    "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                                        {"key": "kubernetes.io/hostname", "operator": "In",
-                                         "values": [f"node-{i % 500}"]}]}]}}}})
-        work = Path(tempfile.mkdtemp(prefix="bench-rss-"))
-        (work / "d").mkdir()
-        kubeconfig = work / "kubeconfig"
-        server.write_kubeconfig(str(kubeconfig))
-        cfg = work / "config.yaml"
-        cfg.write_text(yaml.safe_dump({"storageClassMap": {"local-fs": {"hostDir": "/mnt/disks",
-                                                                         "mountDir": str(work / "d")}}}))
-        proc = subprocess.Popen([sys.executable, "-m", "localpv", "agent", "--config", str(cfg), "--node", NODE,
-                                 "--kubeconfig", str(kubeconfig), "--listen-address", "127.0.0.1:0",
-                                 "--state-dir", str(work / "state")], stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and server.requests.count(verb="watch",
-                                                                          resource="persistentvolumes") == 0:
-                time.sleep(0.05)
-            threading.Event().wait(3)  # idle a moment after the watch is open
-            rss = psutil.Process(proc.pid).memory_info().rss
-            lists = server.requests.count(verb="list", resource="persistentvolumes")
-            proc.terminate()
-            proc.wait(10)
-            unfiltered = unfiltered_rss(kubeconfig)
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-            server.stop()
-        rows.append((count, rss, lists, unfiltered))
+    rows = [(count, *agent_rss(count)) for count in (0, other_pvs)]
     print("`localpv agent` RSS once idle (label-filtered PV cache):")
     for count, rss, lists, unfiltered in rows:
         print(f"  {count:>6} PVs of other nodes: RSS {rss / 2**20:.1f} MiB ({lists} PV list requests: "
@@ -380,6 +408,133 @@ def bench_health(volumes: int, seconds: float, tree: str | None) -> None:
           f"volumes); RSS {rss / 2**20:.1f} MiB")
 
 
+HOST_DIR = "/mnt/disks"
+#: Where upstream's image expects its ConfigMap, and where the benchmark puts its program.
+UPSTREAM_CONFIG = "/etc/provisioner/config"
+
+
+def agent_programs() -> list[Callable[[Path, Path, Path], Program]]:
+    """Each node agent, given (work dir, ConfigMap directory, kubeconfig); both run on NODE."""
+    programs: list[Callable[[Path, Path, Path], Program]] = [
+        lambda work, config, kubeconfig: localpv_program(
+            "localpv agent", ["agent", "--config", str(config), "--kubeconfig", str(kubeconfig),
+                              "--listen-address", "127.0.0.1:0", "--state-dir", str(work / "state")],
+            {"MY_NODE_NAME": NODE})]
+    binary = upstream_binary(UPSTREAM_LSP_ENV)
+    if binary is not None:
+        programs.append(lambda work, config, kubeconfig: Program(
+            "local-volume-provisioner",
+            in_own_root(["/local-volume-provisioner", "--listen-address=127.0.0.1:0"],
+                        {"/local-volume-provisioner": Path(binary), UPSTREAM_CONFIG: config,
+                         "/kubeconfig": kubeconfig, str(work / "disks"): work / "disks"}, work / "root"),
+            {"MY_NODE_NAME": NODE, "MY_NAMESPACE": "default", "KUBECONFIG": "/kubeconfig",
+             "PATH": os.environ.get("PATH", "/usr/bin:/bin")}))
+    return programs
+
+
+@dataclass(frozen=True)
+class AgentFigures:
+    name: str
+    other_pvs: int
+    ready: float
+    cpu_to_idle: float
+    rss_idle: int
+    idle_cpu_per_minute: float
+    latencies_ms: list[float]
+
+
+def own_paths_seen(server: ApiServer, paths: set[str]) -> set[str]:
+    """Which of ``paths`` have a PV on NODE (read from the store: a poll must not load the server).
+    PVs of other nodes carry the same paths: the node is told by the PV's node affinity."""
+    seen = set()
+    for pv in server.store.items(resource_for("v1", "PersistentVolume")):
+        path = pv["spec"].get("local", {}).get("path")
+        if path in paths and NODE in pv_nodes(pv):
+            seen.add(path)
+    return seen
+
+
+def pv_nodes(pv: dict[str, Any]) -> set[str]:
+    terms = pv["spec"].get("nodeAffinity", {}).get("required", {}).get("nodeSelectorTerms", [])
+    return {value for term in terms for expr in term.get("matchExpressions", []) for value in expr.get("values", [])}
+
+
+def measure_agent(program_for: Callable[[Path, Path, Path], Program], volumes: int, other_pvs: int,
+                  idle_seconds: float, mounts: int) -> AgentFigures:
+    """One agent, as a process, on a fresh emulator and a fresh discovery directory."""
+    server = cluster_with_other_pvs(other_pvs)
+    work = Path(tempfile.mkdtemp(prefix="bench-compare-"))
+    (work / "root").mkdir()
+    mounter = Mounter()
+    try:
+        disks = mounter.tmpfs(work / "disks", size=1 << 20)
+        subprocess.run(["mount", "--make-shared", str(disks)], check=True)  # later mounts reach upstream's namespace
+        for i in range(volumes):
+            mounter.tmpfs(disks / f"v{i}", size=1 << 20)
+        (work / "config").mkdir()
+        (work / "config" / "storageClassMap").write_text(yaml.safe_dump(
+            {"local-fs": {"hostDir": HOST_DIR, "mountDir": str(disks)}}))
+        program = program_for(work, work / "config", server.write_kubeconfig(work / "kubeconfig"))
+        own = {f"{HOST_DIR}/v{i}" for i in range(volumes)}
+        latencies: list[float] = []
+        with Running(program, work / "log") as proc:
+            ready = proc.wait_for(lambda: own_paths_seen(server, own) == own, 300, f"its {volumes} PVs")
+            cpu_to_idle = proc.wait_idle()
+            cpu0 = proc.cpu()
+            threading.Event().wait(idle_seconds)
+            idle_cpu, rss = (proc.cpu() - cpu0) * 60 / idle_seconds, proc.rss()
+            if mounts:
+                latencies = mount_latencies(proc, server, mounter, disks, mounts)
+        return AgentFigures(program.name, other_pvs, ready, cpu_to_idle, rss, idle_cpu, latencies)
+    finally:
+        mounter.umount_all()
+        server.stop()
+
+
+def mount_latencies(proc: Running, server: ApiServer, mounter: Mounter, disks: Path, mounts: int) -> list[float]:
+    """Mount M volumes at random gaps of 0-5 s (seed 1) while polling for their PVs; ms each took."""
+    rng = random.Random(1)
+    mounted: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            now = time.monotonic()
+            for path in own_paths_seen(server, set(mounted) - set(seen)):
+                seen[path] = now
+            stop.wait(0.005)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        for i in range(mounts):
+            threading.Event().wait(rng.uniform(0, 5))
+            path = f"{HOST_DIR}/m{i}"
+            mounter.tmpfs(disks / f"m{i}", size=1 << 20)
+            mounted[path] = time.monotonic()
+        proc.wait_for(lambda: len(seen) == mounts, 60, "the PVs of the mounts")
+    finally:
+        stop.set()
+        poller.join()
+    return [(seen[path] - mounted[path]) * 1000 for path in mounted]
+
+
+def bench_compare(volumes: int, other_pvs: int, idle_seconds: float, mounts: int) -> None:
+    """Each agent with no other PVs (and the mount latencies), then with N PVs of other nodes."""
+    rows = [measure_agent(program_for, volumes, count, idle_seconds, mounts if count == 0 else 0)
+            for count in (0, other_pvs) for program_for in agent_programs()]
+    print(f"{volumes} volumes on the node; each agent a process of its own, with its defaults:")
+    for r in rows:
+        line = (f"  {r.name}, {r.other_pvs} PVs of other nodes: own PVs after {r.ready:.2f} s, CPU to idle "
+                f"{r.cpu_to_idle:.2f} s, idle RSS {r.rss_idle / 2**20:.1f} MiB, idle CPU {r.idle_cpu_per_minute:.3f} s"
+                "/min")
+        if r.latencies_ms:
+            line += (f"; mount -> PV over {len(r.latencies_ms)} mounts: p50 {statistics.median(r.latencies_ms):.0f} "
+                     f"ms, p99 {percentile(r.latencies_ms, 0.99):.0f} ms, max {max(r.latencies_ms):.0f} ms")
+        print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -396,6 +551,11 @@ def main() -> None:
     client = sub.add_parser("client")
     client.add_argument("--runs", type=int, default=15)
     client.add_argument("--agent-tree", default=None, help="import the localpv of this checkout (PYTHONPATH)")
+    compare = sub.add_parser("compare")
+    compare.add_argument("--volumes", type=int, default=10)
+    compare.add_argument("--other-pvs", type=int, default=10000)
+    compare.add_argument("--idle-seconds", type=float, default=60.0)
+    compare.add_argument("--mounts", type=int, default=30)
     args = parser.parse_args()
     if os.geteuid() != 0 and args.what not in ("rss", "client"):
         sys.exit("needs root (real tmpfs mounts)")
@@ -404,7 +564,8 @@ def main() -> None:
             "rss": lambda: bench_rss(args.other_pvs),
             "health": lambda: bench_health(args.volumes, args.seconds, args.agent_tree),
             "idle": lambda: bench_idle(args.volumes, args.agent_tree),
-            "client": lambda: bench_client(args.runs, args.agent_tree)}
+            "client": lambda: bench_client(args.runs, args.agent_tree),
+            "compare": lambda: bench_compare(args.volumes, args.other_pvs, args.idle_seconds, args.mounts)}
     runs[args.what]()
 
 

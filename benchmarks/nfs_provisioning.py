@@ -3,6 +3,8 @@
     python -m benchmarks.nfs_provisioning --claims 1000
     python -m benchmarks.nfs_provisioning --claims 1000 --no-binder
     python -m benchmarks.nfs_provisioning --claims 1000 --kube-api-qps 0   # no client-side rate limit
+    LOCALPV_BENCH_UPSTREAM_NFS=/path/to/nfs-subdir-external-provisioner \
+        python -m benchmarks.nfs_provisioning --claims 1000 --processes
 
 The claims are written straight into the emulator's store and the emulator's PV binder
 is left to settle (every claim Pending, annotated for our provisioner); only then does one
@@ -20,6 +22,14 @@ provisioner when creating them, and marks the PVs Released when deleting them), 
 The replica's API handle carries the production rate limit, ``localpv nfs``'s defaults
 (20 QPS, burst 30; ``--kube-api-qps 0`` takes it away), so the times include waiting for
 tokens: one per request, events included.
+
+``--processes`` puts `localpv nfs` and upstream's nfs-subdir-external-provisioner side by
+side, each a process of its own started the same way (benchmarks/programs.py) with the
+same environment (``NFS_SERVER``, ``NFS_PATH``, ``PROVISIONER_NAME``, ``KUBECONFIG``,
+``POD_NAMESPACE``) against a fresh emulator with the same pending claims (binder on); each
+with its own defaults (client-side rate limits: localpv 20 QPS, burst 30; upstream
+client-go's 5 QPS, burst 10, which nfs-subdir does not change). It prints the RSS once
+every claim is Bound, the CPU time for provisioning them, and for deleting them too.
 This is not a test: nothing here asserts anything.
 """
 
@@ -33,9 +43,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
+from benchmarks.programs import UPSTREAM_NFS_ENV, Program, Running, in_own_root, localpv_program, upstream_binary
 from localpv.kube.api import KubeApi
 from localpv.kube.ratelimit import CONTROLLER_RATE, rate_limiter
 from localpv.kube.transport import connect
@@ -92,24 +105,120 @@ def breakdown(server: ApiServer, claims: int) -> str:
                      for (verb, resource), n in rows)
 
 
+def start_server(binder: bool) -> ApiServer:
+    """An emulator with the benchmark's namespace and StorageClass (``archiveOnDelete: "false"``)."""
+    server = ApiServer(binder=binder).start()
+    server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
+    server.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "nfs"},
+                   "provisioner": PROVISIONER, "parameters": {"archiveOnDelete": "false"},
+                   "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"})
+    return server
+
+
+#: The environment both provisioners read (nfs-subdir's variables; `localpv nfs` reads the same).
+NFS_ENV = {"NFS_SERVER": "nfs.bench", "NFS_PATH": "/exports", "PROVISIONER_NAME": PROVISIONER,
+           "POD_NAMESPACE": "kube-system"}
+#: Where nfs-subdir-external-provisioner expects the export (its image's mount point).
+UPSTREAM_MOUNT = "/persistentvolumes"
+
+
+def nfs_programs() -> list[Callable[[Path, Path, Path], Program]]:
+    """Each provisioner, given (work dir, export dir, kubeconfig)."""
+    programs: list[Callable[[Path, Path, Path], Program]] = [
+        lambda work, export, kubeconfig: localpv_program(
+            "localpv nfs", ["nfs", "--listen-address", "127.0.0.1:0", "--mount-dir", str(export)],
+            {**NFS_ENV, "KUBECONFIG": str(kubeconfig)})]
+    binary = upstream_binary(UPSTREAM_NFS_ENV)
+    if binary is not None:
+        programs.append(lambda work, export, kubeconfig: Program(
+            "nfs-subdir-external-provisioner",
+            in_own_root(["/nfs-subdir-external-provisioner"],
+                        {"/nfs-subdir-external-provisioner": Path(binary), "/kubeconfig": kubeconfig,
+                         UPSTREAM_MOUNT: export}, work / "root"),
+            {**NFS_ENV, "KUBECONFIG": "/kubeconfig", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}))
+    return programs
+
+
+@dataclass(frozen=True)
+class ProcessFigures:
+    name: str
+    bound: float
+    deleted: float
+    rss: int
+    cpu_provision: float
+    cpu_total: float
+    dirs: int
+    left: int
+    provision_requests: int
+    delete_requests: int
+
+
+def measure_process(program_for: Callable[[Path, Path, Path], Program], n: int, timeout: float) -> ProcessFigures:
+    """One provisioner, as a process, against a fresh emulator holding N pending claims."""
+    server = start_server(binder=True)
+    for i in range(n):
+        server.create(claim(i, {}))
+    server.settle(timeout=timeout)
+    work = Path(tempfile.mkdtemp(prefix="nfs-bench-proc-"))
+    (work / "root").mkdir()
+    export = work / "export"
+    export.mkdir()
+    program = program_for(work, export, server.write_kubeconfig(work / "kubeconfig"))
+    server.requests.clear()
+    try:
+        with Running(program, work / "log") as proc:
+            bound = proc.wait_for(lambda: phases(server)["Bound"] == n, timeout, "all claims Bound", every=0.2)
+            rss, cpu_provision, dirs = proc.rss(), proc.cpu(), volume_dirs(export)
+            provision_requests = len(server.requests)
+            started = time.monotonic()
+            for i in range(n):
+                server.delete("v1", "PersistentVolumeClaim", f"claim-{i:05d}", "bench")
+            proc.wait_for(lambda: not server.store.items(PVS), timeout, "all PVs deleted", every=0.2)
+            deleted = time.monotonic() - started
+            return ProcessFigures(program.name, bound, deleted, rss, cpu_provision, proc.cpu(), dirs,
+                                  volume_dirs(export), provision_requests, len(server.requests) - provision_requests)
+    finally:
+        server.stop()
+
+
+def bench_processes(n: int, timeout: float) -> None:
+    """Each provisioner as a process against the same N pending claims: RSS and CPU."""
+    rows = [measure_process(program_for, n, timeout) for program_for in nfs_programs()]
+    print(f"machine: {machine()}")
+    print(f"{n} pending claims, each provisioner a process of its own (emulator binder on), own defaults:")
+    for r in rows:
+        print(f"  {r.name}: all Bound after {r.bound:.1f}s, all PVs deleted {r.deleted:.1f}s later; "
+              f"RSS after {n} claims {r.rss / 2**20:.1f} MiB; CPU provisioning {r.cpu_provision:.2f}s, "
+              f"provisioning and deleting {r.cpu_total:.2f}s; directories created {r.dirs}, left {r.left}; "
+              f"API requests {r.provision_requests / n:.2f} per claim provisioning, {r.delete_requests / n:.2f} "
+              "deleting")
+    if len(rows) == 2:
+        ours, theirs = rows
+        print(f"  ratio localpv / upstream: RSS {ours.rss / theirs.rss:.2f}, CPU provisioning "
+              f"{ours.cpu_provision / theirs.cpu_provision:.2f}, CPU provisioning and deleting "
+              f"{ours.cpu_total / theirs.cpu_total:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--claims", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--timeout", type=float, default=None, help="seconds (default 600; 3600 with --processes)")
     parser.add_argument("--binder", action=argparse.BooleanOptionalAction, default=True,
                         help="run the emulator's PV binder (default) or stand in for it")
     parser.add_argument("--kube-api-qps", type=float, default=CONTROLLER_RATE.qps,
                         help="client-side rate limit, as localpv nfs (0: none)")
     parser.add_argument("--kube-api-burst", type=int, default=CONTROLLER_RATE.burst)
+    parser.add_argument("--processes", action="store_true",
+                        help="localpv nfs and upstream's nfs-subdir-external-provisioner as processes, side by side")
     args = parser.parse_args()
     n = args.claims
+    if args.processes:
+        bench_processes(n, args.timeout or 3600.0)
+        return
+    args.timeout = args.timeout or 600.0
 
-    server = ApiServer(binder=args.binder).start()
-    server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
-    server.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "nfs"},
-                   "provisioner": PROVISIONER, "parameters": {"archiveOnDelete": "false"},
-                   "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"})
+    server = start_server(args.binder)
     with tempfile.TemporaryDirectory(prefix="nfs-bench-") as export:
         metrics = NfsMetrics()
         limiter = rate_limiter(args.kube_api_qps, args.kube_api_burst)

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from localpv.agent.proctable import CleanFn, CleanOutcome
+from localpv.agent.outcome import CleanFn, CleanOutcome
 from localpv.host.cleaner import CleanerResult, ProcessRecords, block_device_problem, run_cleaner
 from localpv.host.fsclean import PARENT_ENV, directly_inside, file_kind, not_an_entry_problem
 from localpv.host.probes import StorageHung, default_probes

@@ -16,26 +16,16 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from localpv.agent.model import FAILED, RUNNING, SUCCEEDED, CleanupStatus
+from localpv.agent.outcome import CleanFn, CleanOutcome
 from localpv.clock import Clock, SystemClock
 from localpv.kube.errors import Backoff
 
+__all__ = ["DEFAULT_RETRY_BACKOFF", "CleanFn", "CleanOutcome", "ProcTable"]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CleanOutcome:
-    """What a cleaning function reports: success, and a one-line message."""
-
-    ok: bool
-    message: str
-    progress: str = ""
-
-
-#: A cleaning function: gets a cancel event, returns an outcome (exceptions mean failure).
-CleanFn = Callable[[threading.Event], CleanOutcome]
 
 DEFAULT_RETRY_BACKOFF = Backoff(initial=10.0, maximum=600.0, factor=2.0, attempts=1_000_000, jitter=0.2)
 

@@ -23,7 +23,7 @@ from localpv.host.fsclean import (
     verify_empty,
 )
 
-from .conftest import LoopDevice, MiB, Mounter
+from .conftest import LoopDevice, MiB, Mounter, sh
 
 
 @pytest.fixture
@@ -311,3 +311,61 @@ def test_a_clean_can_be_stopped_and_leaves_the_rest(volume: Path) -> None:
         clean_directory(str(volume), should_stop=stop)
     left = len(os.listdir(volume))
     assert 0 < left < 2000
+
+
+def _unlink_seeing_a_directory(name: str, times: int) -> Callable[..., None]:
+    """``os.unlink`` answering EISDIR for ``name`` the first ``times`` calls, as if the entry were a
+    directory each time unlinkat looked and a file each time lstat looked (a tenant swapping them)."""
+    real, calls = os.unlink, [0]
+
+    def unlink(path: str, *, dir_fd: int | None = None) -> None:
+        if path == name and calls[0] < times:
+            calls[0] += 1
+            raise IsADirectoryError(21, "Is a directory")
+        real(path, dir_fd=dir_fd)
+
+    return unlink
+
+
+@pytest.mark.root
+def test_an_entry_swapped_for_a_file_after_unlinkat_saw_a_directory_is_unlinked(
+    volume: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (volume / "swapped").write_text("x")
+    (volume / "other").write_text("x")
+    monkeypatch.setattr(os, "unlink", _unlink_seeing_a_directory("swapped", times=1))
+    report = clean_directory(str(volume))
+    assert os.listdir(volume) == []
+    assert report.files_removed == 2
+
+
+@pytest.mark.root
+def test_an_entry_that_keeps_changing_kind_fails_the_clean_after_one_more_try(
+    volume: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk does not chase an entry for ever: the second EISDIR is a problem, the clean fails."""
+    (volume / "flapping").write_text("x")
+    (volume / "other").write_text("x")
+    monkeypatch.setattr(os, "unlink", _unlink_seeing_a_directory("flapping", times=2))
+    with pytest.raises(DirtyVolumeError, match="cannot remove an entry: Is a directory") as exc:
+        clean_directory(str(volume))
+    assert exc.value.remaining == ("flapping",)
+
+
+@pytest.mark.root
+def test_a_directory_the_kernel_will_not_unlink_for_lack_of_permission_is_still_walked(volume: Path) -> None:
+    """unlinkat checks the permission to delete before the kind of the entry: an append-only
+    directory answers EPERM, not EISDIR. What it holds is removed as far as the kernel lets
+    us (its sub-directory's contents), and the clean fails for what stays."""
+    locked = volume / "locked"
+    (locked / "sub").mkdir(parents=True)
+    (locked / "sub" / "f").write_text("tenant")
+    (volume / "other").write_text("tenant")
+    sh("chattr", "+a", locked)
+    try:
+        with pytest.raises(DirtyVolumeError, match="cannot remove directory an entry: Operation not permitted"):
+            clean_directory(str(volume))
+        assert os.listdir(volume) == ["locked"]
+        assert os.listdir(locked / "sub") == []
+    finally:
+        sh("chattr", "-a", locked)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from localpv.host import fsclean
 from localpv.host.fsclean import DirtyVolumeError, UnsafePathError, clean_directory
 
 from .conftest import MiB, Mounter
@@ -92,11 +93,12 @@ def test_same_filesystem_file_bind_mounted_inside_is_named_and_untouched(
 def test_a_mount_stacked_on_the_root_mid_clean_does_not_pass_for_clean(tmpfs: Path, mounter: Mounter) -> None:
     """The final emptiness check looks at the directory that was cleaned (by descriptor), not
     at whatever the path names by then: an empty mount stacked on the root must not hide a
-    foreign mount left inside the volume."""
-    (tmpfs / "a" / "m").mkdir(parents=True)
-    mounter.tmpfs(tmpfs / "a" / "m", size=MiB)
+    foreign mount left inside the volume. (The walk takes entries in the order they are listed,
+    newest first on tmpfs: ``a``, made last, is done before the mount is stacked.)"""
     for i in range(600):
         (tmpfs / f"f{i}").write_text("x")
+    (tmpfs / "a" / "m").mkdir(parents=True)
+    mounter.tmpfs(tmpfs / "a" / "m", size=MiB)
     stacked: list[Path] = []
 
     def stack_a_mount_on_the_root() -> str | None:
@@ -108,6 +110,28 @@ def test_a_mount_stacked_on_the_root_mid_clean_does_not_pass_for_clean(tmpfs: Pa
         clean_directory(str(tmpfs), should_stop=stack_a_mount_on_the_root)
     assert stacked, "the mount was stacked during the walk"
     assert exc.value.remaining == ("a",)
+
+
+def test_a_mount_stacked_on_the_root_while_the_walk_is_below_it_stops_the_walk(
+    tmpfs: Path, mounter: Mounter
+) -> None:
+    """Climbing back with ``..`` from a sub-directory lands on whatever is mounted on the
+    directory it came from: the walk sees it is not that directory and stops, touching
+    nothing of the stacked mount."""
+    (tmpfs / "a").mkdir()
+    for i in range(600):
+        (tmpfs / "a" / f"f{i}").write_text("x")
+    stacked: list[Path] = []
+
+    def stack_a_mount_on_the_root() -> str | None:
+        if not stacked:
+            stacked.append(mounter.tmpfs(tmpfs, size=MiB))
+            (stacked[0] / "theirs").write_text("not ours")
+        return None
+
+    with pytest.raises(UnsafePathError, match="were moved during cleaning; stopped for safety"):
+        clean_directory(str(tmpfs), should_stop=stack_a_mount_on_the_root)
+    assert (stacked[0] / "theirs").read_text() == "not ours"
 
 
 def test_a_plain_directory_is_not_cleaned(tmp_path: Path) -> None:
@@ -137,3 +161,55 @@ def test_a_plain_directory_can_be_cleaned_when_the_caller_says_so(tmp_path: Path
     (plain / "d" / "f").write_text("x")
     clean_directory(str(plain), require_mount_point=False)
     assert os.listdir(plain) == []
+
+
+def test_a_mount_stacked_on_a_directory_after_its_check_is_not_entered(
+    tmpfs: Path, mounter: Mounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory is reopened through the very descriptor that was checked, never by its
+    name again: a mount stacked on it between the check and the reopening is not emptied."""
+    (tmpfs / "d").mkdir()
+    (tmpfs / "d" / "ours").write_text("tenant")
+    real_mount_id, stacked = fsclean._mount_id, []
+
+    def mount_id_then_stack(fd: int) -> int:
+        found = real_mount_id(fd)
+        if not stacked and os.readlink(f"/proc/self/fd/{fd}") == str(tmpfs / "d"):
+            stacked.append(mounter.tmpfs(tmpfs / "d", size=MiB))
+            (stacked[0] / "theirs").write_text("not ours")
+        return found
+
+    monkeypatch.setattr(fsclean, "_mount_id", mount_id_then_stack)
+    with pytest.raises(DirtyVolumeError, match="a filesystem is mounted inside the volume") as exc:
+        clean_directory(str(tmpfs))
+    assert stacked, "the mount was stacked between the check and the reopening"
+    assert exc.value.remaining == ("d",)
+    assert os.listdir(stacked[0]) == ["theirs"]
+    mounter.umount(stacked[0])
+    assert os.listdir(tmpfs / "d") == [], "the directory that was checked is the one emptied"
+
+
+@pytest.mark.parametrize("tree", ["directory", "file"])
+def test_mount_ids_come_from_fdinfo_where_statx_cannot_tell_them(
+    tmpfs: Path, tmp_path: Path, mounter: Mounter, monkeypatch: pytest.MonkeyPatch, tree: str
+) -> None:
+    """Kernels before 5.8 have no ``stx_mnt_id``: the walk reads ``/proc/self/fdinfo``, which
+    gives the same number, and still tells a bind mount of the same filesystem."""
+    fd = os.open(tmpfs, os.O_PATH)
+    try:
+        from_statx = fsclean._mount_id(fd)
+        monkeypatch.setattr(fsclean, "_libc_statx", lambda: None)
+        assert fsclean._mount_id(fd) == from_statx
+    finally:
+        os.close(fd)
+    precious = tmpfs / "precious"
+    if tree == "directory":
+        (precious / "inner").mkdir(parents=True)
+    else:
+        precious.write_text("keep")
+    vol = shared_filesystem_volume(tmpfs, tmp_path, mounter)
+    (vol / "x").mkdir() if tree == "directory" else (vol / "x").write_text("")
+    mounter.bind(precious, vol / "x")
+    with pytest.raises(DirtyVolumeError, match="a filesystem is mounted inside the volume"):
+        clean_directory(str(vol))
+    assert (precious / "inner").is_dir() if tree == "directory" else precious.read_text() == "keep"
