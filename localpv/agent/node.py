@@ -41,7 +41,7 @@ from localpv.kube.api import KubeApi
 from localpv.kube.errors import ApiError, Backoff
 from localpv.kube.events import WARNING, EventRecorder
 from localpv.kube.informer import Informer, jittered_period
-from localpv.kube.objects import Obj, pv_host_path
+from localpv.kube.objects import Obj, pv_host_path, pv_is_csi
 from localpv.kube.resources import NODES, PERSISTENT_VOLUMES, STORAGE_CLASSES
 from localpv.naming import (
     HOSTNAME_LABEL_KEY,
@@ -381,11 +381,16 @@ class NodeAgent:
         problems += [f"{s.path}: {s.reason}" for s in plan_.skipped if s.error]
         return False, "discovererNotReady: " + "; ".join(problems[:5])
 
+    def _static_pvs(self) -> list[Obj]:
+        """This node's PVs of static volumes. Dynamic (CSI) PVs carry the same node label, so
+        the cache holds them too, but they are the CSI controller's to provision, watch and
+        reclaim: the planner must not take a Released one for a local volume it cannot clean."""
+        return [pv for pv in (self.pvs.list() if self.pvs else []) if not pv_is_csi(pv)]
+
     def _volume_figures(self) -> tuple[dict[tuple[str, str], int], dict[str, float]]:
         """PV counts and Released ages for the metrics; also called by every pass, so that a
         PV's Released time is noted even when nothing scrapes."""
-        figures = self._released.figures(self.pvs.list() if self.pvs else [], self.config.current.classes,
-                                         self.clock.monotonic())
+        figures = self._released.figures(self._static_pvs(), self.config.current.classes, self.clock.monotonic())
         return figures.counts, figures.released_for
 
     def status(self) -> dict[str, Any]:
@@ -511,7 +516,7 @@ class NodeAgent:
             storage_classes[name] = StorageClassInfo.from_object(sc) if sc is not None else None
         return World(
             config=config, node=self.node, provisioner=self.provisioner, storage_classes=storage_classes,
-            scans=scans, pvs=self.pvs.list(), journal=self.journal.snapshot(), cleanups=self._cleanup_statuses(),
+            scans=scans, pvs=self._static_pvs(), journal=self.journal.snapshot(), cleanups=self._cleanup_statuses(),
             collisions=dict(self.collisions), now=self.clock.now(), recovering=self.journal.recovering,
         )
 

@@ -136,6 +136,11 @@ def pv_host_path(pv: Mapping[str, Any]) -> str | None:
     return str(path).rstrip("/") if path else None
 
 
+def pv_is_csi(pv: Mapping[str, Any]) -> bool:
+    """A PV served by a CSI driver (``spec.csi``): for localpv, a dynamic volume."""
+    return bool(pv_spec(pv).get("csi"))
+
+
 def pv_phase(pv: Mapping[str, Any]) -> str:
     return str((pv.get("status") or {}).get("phase") or "")
 

@@ -313,3 +313,28 @@ def test_an_upstream_pv_that_cannot_be_labelled_stops_the_start_before_any_pass(
         agent_env.start_agent()
     assert [pv["metadata"]["name"] for pv in agent_env.pvs()] == ["local-pv-made-by-upstream"]
     assert agent_env.apiserver.requests.count(verb="create", resource="persistentvolumes") == 0
+
+
+def test_released_dynamic_pvs_are_left_to_the_csi_side(agent_env: AgentEnv) -> None:
+    """Dynamic (CSI) PVs carry the same node label, so the static agent's cache sees them; a
+    Released one is the CSI controller's to reclaim, not a local volume the static side could
+    not clean (it said so with a VolumeFailedDelete warning on every pass)."""
+    pv = agent_env.apiserver.create({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pvc-dynamic", "labels": {NODE_LABEL_KEY: NODE}},
+        "spec": {"capacity": {"storage": "64Mi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "dyn",
+                 "persistentVolumeReclaimPolicy": "Delete",
+                 "csi": {"driver": "local.csi.localpv.dev", "volumeHandle": "pvc-dynamic", "fsType": "ext4"},
+                 "claimRef": {"namespace": "default", "name": "gone", "uid": "u-gone"},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}})
+    wait_for(lambda: (agent_env.apiserver.get("v1", "PersistentVolume", "pvc-dynamic") or {})
+             .get("status", {}).get("phase") == "Released", timeout=5, what="the dynamic PV Released")
+    agent = agent_env.start_agent(discovery_period=3600)
+    wait_for(lambda: agent.pvs is not None and agent.pvs.get("pvc-dynamic") is not None, timeout=5,
+             what="the dynamic PV in the agent's cache")
+    agent.reconcile_once()
+    agent.recorder.flush()
+    assert [e["reason"] for e in agent_env.apiserver.list("v1", "Event", "default")
+            if e["involvedObject"]["name"] == "pvc-dynamic"] == []
+    assert agent_env.apiserver.get("v1", "PersistentVolume", "pvc-dynamic")["metadata"]["uid"] == pv["metadata"]["uid"]
