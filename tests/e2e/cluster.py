@@ -227,10 +227,13 @@ class Cluster:
         self.create(PERSISTENT_VOLUME_CLAIMS, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                                                "metadata": {"name": name}, "spec": spec}, namespace)
 
-    def run_pod(self, namespace: str, name: str, claim: str, script: str, timeout: float = 120) -> tuple[str, str]:
-        """Run ``script`` in a pod with the claim at /data; (phase when it ended, its log)."""
+    def run_pod(self, namespace: str, name: str, claim: str, script: str, timeout: float = 120,
+                fs_group: int | None = None) -> tuple[str, str]:
+        """Run ``script`` in a pod with the claim at /data; (phase when it ended, its log).
+        ``fs_group``: the pod's fsGroup, which the kubelet gives a CSI volume's files to."""
         self.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
             "restartPolicy": "Never",
+            **({"securityContext": {"fsGroup": fs_group}} if fs_group is not None else {}),
             "nodeSelector": {"kubernetes.io/hostname": self.hostname},
             "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "work", "image": self.image, "imagePullPolicy": "IfNotPresent",

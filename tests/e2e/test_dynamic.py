@@ -91,9 +91,15 @@ def claim(cluster: Cluster, namespace: str, name: str, storage_class: str, size:
                                                        "resources": {"requests": {"storage": size}}}}, namespace)
 
 
+#: The test image runs as 10001:10001. A new filesystem's root belongs to root (as mkfs leaves
+#: it); the kubelet gives a CSI volume with an fsType to the pod's fsGroup, as for any CSI driver.
+FS_GROUP = 10001
+
+
 def long_pod(cluster: Cluster, namespace: str, name: str, claim_name: str, script: str) -> Obj:
     cluster.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
         "nodeSelector": {"kubernetes.io/hostname": cluster.hostname}, "terminationGracePeriodSeconds": 1,
+        "securityContext": {"fsGroup": FS_GROUP},
         "containers": [{"name": "work", "image": cluster.image, "imagePullPolicy": "IfNotPresent",
                         "command": ["sh", "-c", script], "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}]}}, namespace)
@@ -128,7 +134,8 @@ def test_a_pod_writes_and_writing_past_the_size_is_enospc(cluster: Cluster, dyn:
     ns = dyn.rel.namespace
     claim(cluster, ns, "small", dyn.ext4, "64Mi")
     phase, log = cluster.run_pod(ns, "writer", "small", "echo kept > /data/kept && "
-                                 "dd if=/dev/zero of=/data/big bs=1M count=128 2>&1; sync; cat /data/kept", timeout=180)
+                                 "dd if=/dev/zero of=/data/big bs=1M count=128 2>&1; sync; cat /data/kept", timeout=180,
+                                 fs_group=FS_GROUP)
     assert phase == "Succeeded", log
     assert "No space left on device" in log and log.rstrip().endswith("kept")
     pv = bound_pv(cluster, ns, "small")
@@ -164,7 +171,9 @@ def test_expansion_is_seen_by_the_running_pod_and_stats_show_usage(cluster: Clus
                 if (volume.get("pvcRef") or {}).get("name") == "grow" and volume.get("usedBytes"):
                     return int(volume["usedBytes"])
         return None
-    assert wait_for(used, 120, "the volume in the kubelet's stats summary") >= 20 * MiB
+    # The kubelet refreshes volume stats on its own period: wait for a figure taken after the write.
+    assert wait_for(lambda: (u := used()) is not None and u >= 20 * MiB and u, 180,
+                    "the volume's usage in the kubelet's stats summary") >= 20 * MiB
     assert pv["spec"]["csi"]["fsType"] == "xfs"
 
 
@@ -183,7 +192,7 @@ def test_restarting_the_agent_does_not_disturb_a_pod_using_a_volume(cluster: Clu
 def test_deleting_the_claim_removes_the_image(cluster: Cluster, dyn: Dynamic) -> None:
     ns = dyn.rel.namespace
     claim(cluster, ns, "gone", dyn.ext4, "64Mi")
-    phase, _ = cluster.run_pod(ns, "once", "gone", "echo x > /data/x")
+    phase, _ = cluster.run_pod(ns, "once", "gone", "echo x > /data/x", fs_group=FS_GROUP)
     assert phase == "Succeeded"
     pv = bound_pv(cluster, ns, "gone")
     volume_dir = dyn.pool / pv["metadata"]["name"]
