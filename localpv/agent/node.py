@@ -192,11 +192,28 @@ class NodeAgent:
         """
         for pid in self.cleaner_records.kill_leftovers():
             log.warning("killed cleaner process group %d left over by a previous agent", pid)
-        node_obj = self.api.get(NODES, self.options.node_name)  # retried inside the API layer, as every request
+        config = self.config.current
+        # minResyncPeriod, as upstream uses it: each cache relists after a period drawn in [min, 2·min).
+        resync = jittered_period(config.min_resync_period)
+        # The Node comes from the cache that follows it, not from a GET of its own: at start the
+        # agent's requests queue behind its rate limit (5/s after a burst of 10) before its own
+        # volumes are offered, so each one saved is a fifth of a second. The Node's identity must
+        # follow the Node: a Node deleted and created again (same name, new uid) would otherwise
+        # get PVs owned by the old uid, which the garbage collector deletes as fast as they are
+        # made (with setPVOwnerRef).
+        self.nodes = Informer(self.api, NODES, field_selector=f"metadata.name={self.options.node_name}",
+                              clock=self.clock, on_change=self._on_node_change, name="node-informer")
+        self.nodes.resync_period = resync
+        self.nodes.start()
+        if not self.nodes.wait_synced(60):
+            raise AgentError(f"{self.nodes.name} did not sync within 60s (can the agent list Nodes?)")
+        node_obj = self.nodes.get(self.options.node_name)
+        if node_obj is None:
+            raise AgentError(f"Node {self.options.node_name} not found: --node (MY_NODE_NAME) must name this "
+                             "node's Node object")
         self.node = NodeInfo.from_object(node_obj)
         if not self.node.uid or HOSTNAME_LABEL_KEY not in self.node.labels:
             raise AgentError(f"Node {self.node.name} has no uid or no {HOSTNAME_LABEL_KEY} label")
-        config = self.config.current
         self.provisioner = provisioner_name(self.node.name, self.node.uid,
                                             use_node_name_only=config.use_node_name_only)
         if self._recorder is None:
@@ -234,16 +251,10 @@ class NodeAgent:
                             on_change=lambda *_: self.trigger("pv"), name="pv-informer")
         self.classes = Informer(self.api, STORAGE_CLASSES, clock=self.clock,
                                 on_change=lambda *_: self.trigger("storageclass"), name="sc-informer")
-        # The Node's identity must follow the Node: a Node deleted and created again (same
-        # name, new uid) would otherwise get PVs owned by the old uid, which the garbage
-        # collector deletes as fast as they are made (with setPVOwnerRef).
-        self.nodes = Informer(self.api, NODES, field_selector=f"metadata.name={self.node.name}", clock=self.clock,
-                              on_change=self._on_node_change, name="node-informer")
-        # minResyncPeriod, as upstream uses it: each cache relists after a period drawn in [min, 2·min).
-        resync = jittered_period(config.min_resync_period)
         for informer in self._informers():
-            informer.resync_period = resync
-            informer.start()
+            if informer is not self.nodes:
+                informer.resync_period = resync
+                informer.start()
         for informer in self._informers():
             if not informer.wait_synced(60):
                 raise AgentError(f"{informer.name} did not sync within 60s")

@@ -338,3 +338,19 @@ def test_released_dynamic_pvs_are_left_to_the_csi_side(agent_env: AgentEnv) -> N
     assert [e["reason"] for e in agent_env.apiserver.list("v1", "Event", "default")
             if e["involvedObject"]["name"] == "pvc-dynamic"] == []
     assert agent_env.apiserver.get("v1", "PersistentVolume", "pvc-dynamic")["metadata"]["uid"] == pv["metadata"]["uid"]
+
+
+def test_the_first_start_spends_no_request_on_fetching_the_node_twice(agent_env: AgentEnv, mounter: Mounter) -> None:
+    """At start every request waits for the agent's rate limit (5/s after a burst of 10) before
+    its volumes are offered: the Node comes from the cache that follows it, not a GET too."""
+    mounter.tmpfs(agent_env.fs_dir / "vol")
+    agent_env.start_agent()
+    wait_for(lambda: agent_env.pv_for("/mnt/disks/vol"), timeout=5, what="the PV")
+    assert agent_env.apiserver.requests.count(verb="get", resource="nodes") == 0
+    assert agent_env.apiserver.requests.count(verb="list", resource="nodes") == 1
+
+
+def test_a_node_name_that_names_no_node_stops_the_start_with_what_to_fix(agent_env: AgentEnv) -> None:
+    agent_env.apiserver.delete("v1", "Node", NODE)
+    with pytest.raises(AgentError, match=f"Node {NODE} not found: --node"):
+        agent_env.start_agent()
