@@ -122,11 +122,11 @@ NFS_ENV = {"NFS_SERVER": "nfs.bench", "NFS_PATH": "/exports", "PROVISIONER_NAME"
 UPSTREAM_MOUNT = "/persistentvolumes"
 
 
-def nfs_programs() -> list[Callable[[Path, Path, Path], Program]]:
-    """Each provisioner, given (work dir, export dir, kubeconfig)."""
+def nfs_programs(localpv_args: list[str]) -> list[Callable[[Path, Path, Path], Program]]:
+    """Each provisioner, given (work dir, export dir, kubeconfig); ``localpv_args`` go to localpv's."""
     programs: list[Callable[[Path, Path, Path], Program]] = [
         lambda work, export, kubeconfig: localpv_program(
-            "localpv nfs", ["nfs", "--listen-address", "127.0.0.1:0", "--mount-dir", str(export)],
+            "localpv nfs", ["nfs", "--listen-address", "127.0.0.1:0", "--mount-dir", str(export), *localpv_args],
             {**NFS_ENV, "KUBECONFIG": str(kubeconfig)})]
     binary = upstream_binary(UPSTREAM_NFS_ENV)
     if binary is not None:
@@ -181,11 +181,12 @@ def measure_process(program_for: Callable[[Path, Path, Path], Program], n: int, 
         server.stop()
 
 
-def bench_processes(n: int, timeout: float) -> None:
+def bench_processes(n: int, timeout: float, localpv_args: list[str]) -> None:
     """Each provisioner as a process against the same N pending claims: RSS and CPU."""
-    rows = [measure_process(program_for, n, timeout) for program_for in nfs_programs()]
+    rows = [measure_process(program_for, n, timeout) for program_for in nfs_programs(localpv_args)]
     print(f"machine: {machine()}")
-    print(f"{n} pending claims, each provisioner a process of its own (emulator binder on), own defaults:")
+    print(f"{n} pending claims, each provisioner a process of its own (emulator binder on), own defaults"
+          f"{' but localpv ' + ' '.join(localpv_args) if localpv_args else ''}:")
     for r in rows:
         print(f"  {r.name}: all Bound after {r.bound:.1f}s, all PVs deleted {r.deleted:.1f}s later; "
               f"RSS after {n} claims {r.rss / 2**20:.1f} MiB; CPU provisioning {r.cpu_provision:.2f}s, "
@@ -206,16 +207,21 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=None, help="seconds (default 600; 3600 with --processes)")
     parser.add_argument("--binder", action=argparse.BooleanOptionalAction, default=True,
                         help="run the emulator's PV binder (default) or stand in for it")
-    parser.add_argument("--kube-api-qps", type=float, default=CONTROLLER_RATE.qps,
-                        help="client-side rate limit, as localpv nfs (0: none)")
-    parser.add_argument("--kube-api-burst", type=int, default=CONTROLLER_RATE.burst)
+    parser.add_argument("--kube-api-qps", type=float, default=None,
+                        help=f"client-side rate limit (0: none; default {CONTROLLER_RATE.qps:g}, localpv nfs's; "
+                             "with --processes it is passed to localpv nfs only when given)")
+    parser.add_argument("--kube-api-burst", type=int, default=None)
     parser.add_argument("--processes", action="store_true",
                         help="localpv nfs and upstream's nfs-subdir-external-provisioner as processes, side by side")
     args = parser.parse_args()
     n = args.claims
     if args.processes:
-        bench_processes(n, args.timeout or 3600.0)
+        limits = [*(["--kube-api-qps", f"{args.kube_api_qps:g}"] if args.kube_api_qps is not None else []),
+                  *(["--kube-api-burst", str(args.kube_api_burst)] if args.kube_api_burst is not None else [])]
+        bench_processes(n, args.timeout or 3600.0, limits)
         return
+    args.kube_api_qps = CONTROLLER_RATE.qps if args.kube_api_qps is None else args.kube_api_qps
+    args.kube_api_burst = CONTROLLER_RATE.burst if args.kube_api_burst is None else args.kube_api_burst
     args.timeout = args.timeout or 600.0
 
     server = start_server(args.binder)
