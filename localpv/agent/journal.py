@@ -42,6 +42,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from localpv.host.durable import replace_durably
+
 log = logging.getLogger(__name__)
 
 class JournalState(enum.StrEnum):
@@ -209,17 +211,4 @@ class Journal:
             return
         doc = {"version": FORMAT_VERSION, "recovering": self.recovering,
                "volumes": {p: asdict(e) for p, e in sorted(entries.items())}}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, json.dumps(doc, indent=1).encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_durably(self.path, json.dumps(doc, indent=1).encode("utf-8"))

@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
 
+from localpv.host.durable import replace_durably
+
 FORMAT_VERSION = 1
 
 
@@ -148,17 +150,4 @@ class ImageJournal:
             raw["state"] = record.state.value
             images[volume] = raw
         doc = {"version": FORMAT_VERSION, "images": images}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, json.dumps(doc, indent=1).encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_durably(self.path, json.dumps(doc, indent=1).encode("utf-8"))

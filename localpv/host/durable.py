@@ -1,0 +1,30 @@
+"""Files that must survive a crash whole: the agent's cleanup journal, the image journal.
+
+A journal decides whether a volume may be offered or an image removed, so a write must be
+all or nothing across a power cut: the new content goes to a temporary file beside the old
+one, is flushed to the disk, renamed over it (atomic within a directory), and then the
+directory itself is flushed so that the rename is on disk too.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def replace_durably(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Make ``path`` hold ``data``, or (after a crash at any point) what it held before."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
