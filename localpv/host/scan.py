@@ -145,7 +145,7 @@ def scan_directory(
         listed = path in mount_points or real in mount_points
         key = f"entry:{path}"
         paths[key] = (path, real)
-        calls.append((key, functools.partial(_classify, name, path, listed, fs_types, identities)))
+        calls.append((key, functools.partial(_classify, name, path, real if listed else None, fs_types, identities)))
     outcomes = probes.run_all(calls, timeout=timeout, signature=lambda key: mounts.signature(*paths[key]))
     entries = []
     for name, (key, _), outcome in zip(names, calls, outcomes, strict=True):
@@ -201,12 +201,14 @@ def _resolve_discovery_dir(mount_dir: str) -> str:
     return real_dir
 
 
-def _classify(name: str, path: str, listed: bool, fs_types: FilesystemTypes, identities: IdentityReader) -> Entry:
+def _classify(name: str, path: str, real: str | None, fs_types: FilesystemTypes, identities: IdentityReader) -> Entry:
     """Classify one entry, following symlinks as upstream does (a by-id link is a device).
 
-    ``listed``: the entry's path is in the mount table. The entry is opened once (``O_PATH``:
-    no I/O, no blocking on a fifo) and everything is read from that one object, so its type,
-    identity and mount cannot come from two different things swapped in between.
+    ``real``: the entry's path under the resolved discovery dir, given when the mount table
+    the caller read lists the entry (``path`` or ``real``) as a mount point. The entry is
+    opened once (``O_PATH``: no I/O, no blocking on a fifo) and everything is read from that
+    one object, so its type, identity, capacity and mount cannot come from two different
+    things swapped in between.
     """
     try:
         fd = os.open(path, _PATH_FLAGS)
@@ -218,15 +220,17 @@ def _classify(name: str, path: str, listed: bool, fs_types: FilesystemTypes, ide
         except OSError as e:  # e.g. ENOTCONN: a FUSE mount whose daemon died
             return Entry(name, path, EntryKind.BROKEN, reason=f'cannot stat "{path}": {e.strerror}')
         if stat.S_ISBLK(st.st_mode):
-            capacity, reason = _measure(block_device_size, path)
+            # Through the descriptor: the device measured is the one stat'ed, even if the
+            # entry (a by-id symlink) points elsewhere by now.
+            capacity, reason = _measure(lambda _: block_device_size(f"/proc/self/fd/{fd}"), path)
             major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
             return Entry(name, path, EntryKind.BLOCK, capacity, reason, device=st.st_rdev,
                          ident=f"blk:{major}:{minor}", identity=identities.block(st.st_rdev),
                          read_only=_sys_flag(f"/sys/dev/block/{major}:{minor}/ro"),
                          device_missing=not os.path.exists(f"/sys/dev/block/{major}:{minor}"))
         if stat.S_ISDIR(st.st_mode):
-            if listed:
-                return _mount_point(name, path, fd, st, fs_types, identities)
+            if real is not None:
+                return _mount_point(name, path, (path, real), fd, st, fs_types, identities)
             # Upstream's wording; its e2e test greps the log for it.
             return Entry(name, path, EntryKind.DIRECTORY, reason=f'path "{path}" is not a valid mount point')
         return Entry(name, path, EntryKind.OTHER,
@@ -235,18 +239,26 @@ def _classify(name: str, path: str, listed: bool, fs_types: FilesystemTypes, ide
         os.close(fd)
 
 
-def _mount_point(name: str, path: str, fd: int, st: os.stat_result, fs_types: FilesystemTypes,
-                 identities: IdentityReader) -> Entry:
-    """A mount point: a Filesystem volume, unless it is a kernel filesystem or cannot be told."""
+def _mount_point(name: str, path: str, spellings: tuple[str, str], fd: int, st: os.stat_result,
+                 fs_types: FilesystemTypes, identities: IdentityReader) -> Entry:
+    """A mount point: a Filesystem volume, unless it is a kernel filesystem or cannot be told.
+
+    The table that listed the entry was read before it was opened: what was opened must be
+    the root of a mount at that very path (``spellings``). Otherwise the volume was unmounted
+    in between (an operator remounting disks one by one), and what is left is a plain
+    directory of the filesystem under it, whose capacity and identity are not a volume's.
+    """
     try:
         mount = fs_types.mount_of_fd(fd)
     except OSError as e:
         return Entry(name, path, EntryKind.BROKEN,
                      reason=f'cannot tell which filesystem "{path}" is: {e.strerror or e}')
+    if mount.mount_point not in spellings:
+        return Entry(name, path, EntryKind.DIRECTORY, reason=f'path "{path}" is not a valid mount point')
     if mount.fs_type in PSEUDO_FILESYSTEMS:
         return Entry(name, path, EntryKind.PSEUDOFS,
                      reason=f'path "{path}" is a {mount.fs_type} filesystem, not a volume')
-    capacity, reason = _measure(filesystem_capacity, path)
+    capacity, reason = _measure(lambda _: filesystem_capacity(fd), path)
     return Entry(name, path, EntryKind.MOUNTPOINT, capacity, reason, device=st.st_dev,
                  ident=f"fs:{st.st_dev}:{st.st_ino}", identity=identities.filesystem(mount, fd, st),
                  read_only=_read_only(mount), fs_errors=_ext4_errors(mount),

@@ -70,6 +70,30 @@ def test_mount_point_found_through_a_symlinked_discovery_dir(tmp_path: Path, mou
     assert (entry.path, entry.kind, entry.capacity) == (str(tmp_path / "alias" / "vol"), EntryKind.MOUNTPOINT, MiB)
 
 
+@pytest.mark.root
+def test_a_mount_gone_since_the_table_was_read_is_not_a_volume(tmp_path: Path, mounter: Mounter) -> None:
+    """The mount table is read once per pass; a volume unmounted after that (an operator
+    remounting disks one by one) must not be classified from the directory left behind: its
+    capacity and identity would be those of the filesystem under it (the node's root), and a
+    PV would be created over it."""
+    disc = tmp_path / "disks"
+    under = mounter.tmpfs(tmp_path / "under", size=6 * MiB)  # the filesystem the directory is on
+    disc.symlink_to(under)
+    mounter.tmpfs(under / "v3", size=2 * MiB)
+    mounter.tmpfs(under / "v4", size=3 * MiB)
+    table = mount_points()
+    mounter.umount(under / "v3")  # gone before the scan looks at it
+    mounter.umount(under / "v4")
+    mounter.tmpfs(under / "v4", size=1 * MiB)  # another volume there now: it is the one looked at
+
+    got = by_name(scan_directory(str(disc), table))
+
+    assert got["v3"].kind is EntryKind.DIRECTORY
+    assert got["v3"].reason == f'path "{disc}/v3" is not a valid mount point'
+    assert (got["v3"].capacity, got["v3"].identity.value) == (None, "")
+    assert (got["v4"].kind, got["v4"].capacity) == (EntryKind.MOUNTPOINT, 1 * MiB)
+
+
 def test_plain_directories_are_not_mount_points_without_the_table(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     (entry,) = scan_directory(str(tmp_path), frozenset())
