@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from localpv.csi import loop
+from localpv.host.mounts import opened_at_filesystem_root
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +118,12 @@ def ext4_size(fd: int) -> int | None:
 class ImageStore:
     """The images of one pool directory (the path as this process sees it)."""
 
-    def __init__(self, pool_dir: str) -> None:
+    def __init__(self, pool_dir: str, *, require_mount: bool = False) -> None:
+        """``require_mount``: the pool is a disk's filesystem mounted at ``pool_dir`` (the
+        pool's ``requireMount``); nothing is read or made there when it is not, at the moment
+        the directory is opened."""
         self.pool_dir = pool_dir
+        self.require_mount = require_mount
 
     def image_path(self, name: str) -> str:
         return os.path.join(self.pool_dir, check_name(name), IMAGE_FILE)
@@ -127,10 +132,15 @@ class ImageStore:
 
     def _pool_fd(self) -> int:
         try:
-            return os.open(self.pool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fd = os.open(self.pool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as err:
             raise ImageError(f"pool directory {self.pool_dir} cannot be opened ({err.strerror})",
                              missing=err.errno == errno.ENOENT) from err
+        if self.require_mount and not opened_at_filesystem_root(fd, self.pool_dir):
+            os.close(fd)
+            raise ImageError(f"pool directory {self.pool_dir}: nothing is mounted at it now (its disk was unmounted "
+                             "or is missing); no image is read or made on the filesystem underneath")
+        return fd
 
     def _volume_fd(self, pool_fd: int, name: str, *, create: bool) -> int:
         if create:

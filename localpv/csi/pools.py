@@ -23,7 +23,7 @@ from enum import Enum
 
 from localpv.config.dynamic import PoolConfig
 from localpv.csi.images import ImageStore, Provisioning
-from localpv.host.mounts import read_mountinfo
+from localpv.host.mounts import opened_at_filesystem_root
 
 
 class PoolState(Enum):
@@ -48,9 +48,14 @@ def mounted_root(path: str) -> bool:
     a mounted disk from a bare directory of the node's root filesystem is the mount's root:
     ``/`` when the host path is a filesystem's root, the directory's path otherwise.
     """
-    real = os.path.realpath(path)
-    entries = [m for m in read_mountinfo() if m.mount_point == real]
-    return bool(entries) and entries[-1].root == "/"
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return opened_at_filesystem_root(fd, path)
+    finally:
+        os.close(fd)
 
 
 class Pool:
@@ -58,7 +63,7 @@ class Pool:
 
     def __init__(self, config: PoolConfig) -> None:
         self.config = config
-        self.images = ImageStore(config.mount_dir)
+        self.images = ImageStore(config.mount_dir, require_mount=config.require_mount)
 
     @property
     def name(self) -> str:

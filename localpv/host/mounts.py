@@ -166,6 +166,20 @@ def fd_mount_id(fd: int) -> int:
     raise OSError(errno.ENOTSUP, "no mnt_id in /proc/self/fdinfo (kernel older than 3.15)")
 
 
+def opened_at_filesystem_root(fd: int, path: str) -> bool:
+    """Whether ``fd`` (``path``, opened) is the root of a filesystem mounted at ``path``.
+
+    Asked of the descriptor rather than of the path, so that a disk unmounted between a
+    look at a directory and the use of it cannot leave the caller working in the directory
+    underneath (the node's root filesystem).
+    """
+    try:
+        mount = FilesystemTypes().mount_of_fd(fd)
+    except OSError:
+        return False
+    return mount.mount_point == os.path.realpath(path) and mount.root == "/"
+
+
 class FilesystemTypes:
     """The filesystem type (and the whole mount entry) of the mount an open descriptor is on, by mount id.
 

@@ -12,7 +12,7 @@ from localpv.csi.images import FsType, ImageError, ImageStore, Provisioning, che
 from localpv.csi.journal import ImageJournal, ImageJournalError, ImageRecord, ImageState
 from localpv.csi.pools import Pool, PoolState, Room
 from tests.csi.conftest import PoolEnv
-from tests.support.hostfs import MiB
+from tests.support.hostfs import MiB, Mounter
 
 
 @pytest.mark.root
@@ -102,6 +102,22 @@ def test_pool_state_missing_and_not_mounted(tmp_path: Path) -> None:
 @pytest.mark.root
 def test_a_mounted_pool_is_ready(pool_env: PoolEnv) -> None:
     assert pool_env.pool.state() == (PoolState.READY, "")
+
+
+@pytest.mark.root
+def test_an_image_is_never_made_in_the_directory_a_pool_disk_left(tmp_path: Path, mounter: Mounter) -> None:
+    """The pool's state is looked at, then the image made: a disk unmounted in between must
+    not turn into an image on the node's root filesystem (what the directory is on then)."""
+    root = mounter.tmpfs(tmp_path / "pool", size=64 * MiB)
+    pool = Pool(PoolConfig(name="fast", host_dir=str(root), mount_dir=str(root)))
+    assert pool.state() == (PoolState.READY, "")
+    mounter.umount(root)
+    with pytest.raises(ImageError, match="nothing is mounted at"):
+        pool.images.create("pvc-a", 16 * MiB, fs=FsType.EXT4, provisioning=Provisioning.THIN)
+    assert os.listdir(root) == []
+    loose = Pool(PoolConfig(name="dir", host_dir=str(root), mount_dir=str(root), require_mount=False))
+    loose.images.create("pvc-a", 16 * MiB, fs=FsType.EXT4, provisioning=Provisioning.THIN)
+    assert loose.images.exists("pvc-a"), "a pool that is a plain directory on purpose still works"
 
 
 def _record(volume: str, state: ImageState = ImageState.CREATING, size: int = MiB) -> ImageRecord:
