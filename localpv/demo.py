@@ -14,6 +14,7 @@ step happened and the data was really gone.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -30,6 +31,7 @@ from localpv.agent.metrics import AgentMetrics
 from localpv.agent.node import AgentOptions, NodeAgent
 from localpv.config import parse_config
 from localpv.host.mounts import mount_points
+from localpv.host.scan import scan_directory
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.kube.events import EventRecorder
@@ -73,6 +75,8 @@ class Demo:
         # Resolved: the mount table names mounts by their real path (TMPDIR may be a symlink).
         self.workdir = Path(os.path.realpath(tempfile.mkdtemp(prefix="localpv-demo-")))
         self.discovery = self.workdir / "discovery"
+        #: Plain directories the agent is told are mount points (no root, or --simulate-mounts).
+        self.simulated: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ output
 
@@ -119,8 +123,8 @@ class Demo:
         why = "NOT ROOT" if os.geteuid() != 0 else "--simulate-mounts"
         self.say("host", f"{why}: plain directories, SIMULATED as mount points (run as root for real tmpfs)")
         self.say("", f"the agent looks in {self.discovery} (mountDir); PVs name them by hostDir {HOST_DIR}")
-        simulated = frozenset(str(self.discovery / f"vol{i}") for i in range(1, self.volumes + 1))
-        return lambda: mount_points() | simulated
+        self.simulated = frozenset(str(self.discovery / f"vol{i}") for i in range(1, self.volumes + 1))
+        return lambda: mount_points() | self.simulated
 
     def cleanup(self) -> None:
         """Unmount whatever is mounted under the work dir, deepest first, then remove it.
@@ -170,6 +174,7 @@ class Demo:
             journal = Journal.initialise(self.workdir / "state" / "journal.json")
             agent = NodeAgent(api, options, config.config, journal,
                               metrics=AgentMetrics(), mount_table=mount_table,
+                              scanner=functools.partial(scan_directory, simulated=self.simulated),
                               recorder=EventRecorder(api, component="localpv-demo"))
             agent.start()
             self.story(server)

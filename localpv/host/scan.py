@@ -104,6 +104,7 @@ def scan_directory(
     probes: StorageProbes | None = None,
     timeout: float | None = None,
     identities: IdentityReader | None = None,
+    simulated: frozenset[str] = frozenset(),
 ) -> list[Entry]:
     """Classify every first-level entry of ``mount_dir``, sorted by name.
 
@@ -120,6 +121,10 @@ def scan_directory(
     one that does not answer in time is a :attr:`EntryKind.HUNG` entry whose reason says
     so, while the others are classified as usual. A hung entry is not looked at again (it
     stays HUNG, at no cost) until the stuck look returns or another mount is on its path.
+
+    ``simulated``: paths that ``mount_points`` lists although nothing is mounted there (the
+    demo without root): they are taken for mount points without asking the kernel. Any other
+    listed entry must be the root of a mount at its path when it is opened.
 
     Per-entry failures end up in the entry (BROKEN, HUNG, or a ``reason``); an unreadable
     ``mount_dir``, one that does not answer in time (``ScanError.hung``), or one that
@@ -145,7 +150,9 @@ def scan_directory(
         listed = path in mount_points or real in mount_points
         key = f"entry:{path}"
         paths[key] = (path, real)
-        calls.append((key, functools.partial(_classify, name, path, real if listed else None, fs_types, identities)))
+        spellings = () if path in simulated or real in simulated else (path, real)
+        calls.append((key, functools.partial(_classify, name, path, spellings if listed else None, fs_types,
+                                             identities)))
     outcomes = probes.run_all(calls, timeout=timeout, signature=lambda key: mounts.signature(*paths[key]))
     entries = []
     for name, (key, _), outcome in zip(names, calls, outcomes, strict=True):
@@ -201,11 +208,13 @@ def _resolve_discovery_dir(mount_dir: str) -> str:
     return real_dir
 
 
-def _classify(name: str, path: str, real: str | None, fs_types: FilesystemTypes, identities: IdentityReader) -> Entry:
+def _classify(name: str, path: str, spellings: tuple[str, ...] | None, fs_types: FilesystemTypes,
+              identities: IdentityReader) -> Entry:
     """Classify one entry, following symlinks as upstream does (a by-id link is a device).
 
-    ``real``: the entry's path under the resolved discovery dir, given when the mount table
-    the caller read lists the entry (``path`` or ``real``) as a mount point. The entry is
+    ``spellings``: given when the mount table the caller read lists the entry as a mount
+    point - the paths a mount there may have (the entry's, and under the resolved discovery
+    dir), or none for a simulated mount point. The entry is
     opened once (``O_PATH``: no I/O, no blocking on a fifo) and everything is read from that
     one object, so its type, identity, capacity and mount cannot come from two different
     things swapped in between.
@@ -229,8 +238,8 @@ def _classify(name: str, path: str, real: str | None, fs_types: FilesystemTypes,
                          read_only=_sys_flag(f"/sys/dev/block/{major}:{minor}/ro"),
                          device_missing=not os.path.exists(f"/sys/dev/block/{major}:{minor}"))
         if stat.S_ISDIR(st.st_mode):
-            if real is not None:
-                return _mount_point(name, path, (path, real), fd, st, fs_types, identities)
+            if spellings is not None:
+                return _mount_point(name, path, spellings, fd, st, fs_types, identities)
             # Upstream's wording; its e2e test greps the log for it.
             return Entry(name, path, EntryKind.DIRECTORY, reason=f'path "{path}" is not a valid mount point')
         return Entry(name, path, EntryKind.OTHER,
@@ -239,12 +248,13 @@ def _classify(name: str, path: str, real: str | None, fs_types: FilesystemTypes,
         os.close(fd)
 
 
-def _mount_point(name: str, path: str, spellings: tuple[str, str], fd: int, st: os.stat_result,
+def _mount_point(name: str, path: str, spellings: tuple[str, ...], fd: int, st: os.stat_result,
                  fs_types: FilesystemTypes, identities: IdentityReader) -> Entry:
     """A mount point: a Filesystem volume, unless it is a kernel filesystem or cannot be told.
 
     The table that listed the entry was read before it was opened: what was opened must be
-    the root of a mount at that very path (``spellings``). Otherwise the volume was unmounted
+    the root of a mount at that very path (one of ``spellings``; none: a simulated mount
+    point, taken as it is). Otherwise the volume was unmounted
     in between (an operator remounting disks one by one), and what is left is a plain
     directory of the filesystem under it, whose capacity and identity are not a volume's.
     """
@@ -253,7 +263,7 @@ def _mount_point(name: str, path: str, spellings: tuple[str, str], fd: int, st: 
     except OSError as e:
         return Entry(name, path, EntryKind.BROKEN,
                      reason=f'cannot tell which filesystem "{path}" is: {e.strerror or e}')
-    if mount.mount_point not in spellings:
+    if spellings and mount.mount_point not in spellings:
         return Entry(name, path, EntryKind.DIRECTORY, reason=f'path "{path}" is not a valid mount point')
     if mount.fs_type in PSEUDO_FILESYSTEMS:
         return Entry(name, path, EntryKind.PSEUDOFS,
