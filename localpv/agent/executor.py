@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 #: PV informer to see the deletion. A PV still shown Released after that (e.g. brought back
 #: by an etcd restore, with its old uid) is deleted again.
 _REDELETE_AFTER = 30.0
+#: How long a PV this executor created counts as existing while the PV informer does not show
+#: it, in seconds (see :meth:`Executor.with_own_creates`).
+OWN_CREATES_VISIBLE_FOR = 60.0
 
 
 class Executor:
@@ -109,11 +112,38 @@ class Executor:
         #: still show it Released for a moment after the DELETE (the watch event has not
         #: arrived), and the next pass must not DELETE it again.
         self._deleted_uids: dict[str, float] = {}
+        #: name -> (the PV as this executor created it, when): see :meth:`with_own_creates`.
+        self._created: dict[str, tuple[Obj, float]] = {}
         #: Events marked ``once`` that the last pass planned: not emitted again while they last.
         self._standing: set[tuple[str, str, str, str]] = set()
 
     def _node_obj(self) -> Obj:
         return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node.name, "uid": self.node.uid}}
+
+    def with_own_creates(self, cached: list[Obj]) -> list[Obj]:
+        """The cache's PVs, plus those this executor created that the cache does not show yet.
+
+        The cache follows a watch, which can lag behind the agent's own writes (a dropped
+        watch, a relist under API trouble). A pass that takes such a PV for "no PV" decides
+        about its path as if nothing were on offer there: a record follows its disk away and
+        the PV stays on offer over whatever disk takes the path. So a created PV counts from
+        its create until the cache shows that object (same uid), it is deleted here, or
+        :data:`OWN_CREATES_VISIBLE_FOR` passed (the cache is the truth again; the orphan check's
+        GET settles a record whose PV it never showed). Until then it stands for an older
+        object of the same name the cache still shows (that one was deleted: the create
+        succeeded).
+        """
+        now = self.clock.monotonic()
+        by_name = {str((pv.get("metadata") or {}).get("name")): pv for pv in cached}
+        merged = dict(by_name)
+        for name, (pv, when) in list(self._created.items()):
+            seen = by_name.get(name)
+            if now - when > OWN_CREATES_VISIBLE_FOR or (
+                    seen is not None and (seen.get("metadata") or {}).get("uid") == pv["metadata"].get("uid")):
+                del self._created[name]
+                continue
+            merged[name] = pv
+        return list(merged.values())
 
     def execute(self, result: Plan, config: ProvisionerConfig) -> None:
         for name in result.forget_cleanups:
@@ -194,11 +224,15 @@ class Executor:
         try:
             self.api.delete(PERSISTENT_VOLUMES, name, uid=str(meta.get("uid") or "") or None,
                             resource_version=str(meta.get("resourceVersion") or "") or None)
-        except (NotFound, Conflict):
+        except NotFound:
+            self._created.pop(name, None)
+            return
+        except Conflict:
             return
         except ApiError as err:
             log.warning("cannot delete PV %s offered for a volume not known clean: %s", name, err)
             return
+        self._created.pop(name, None)
         log.warning("deleted PV %s: %s", name, retract.reason)
         self.recorder.event(retract.pv, WARNING, "VolumeRetracted", retract.reason)
 
@@ -279,7 +313,7 @@ class Executor:
             self.api.delete(PERSISTENT_VOLUMES, name, uid=uid,
                             resource_version=str(meta.get("resourceVersion") or "") or None)
         except NotFound:
-            pass  # already gone: nothing of ours to delete
+            self._created.pop(name, None)  # already gone: nothing of ours to delete
         except Conflict:
             log.info("PV %s changed since it was planned for deletion (or is another object now); "
                      "the next pass decides again", name)
@@ -290,6 +324,7 @@ class Executor:
             return
         if uid is not None:
             self._deleted_uids[uid] = now
+        self._created.pop(name, None)
         self.procs.forget(name)
         cls = self.config().classes.get(str((delete.pv.get("spec") or {}).get("storageClassName")))
         command = cls.block_cleaner_command[0] if cls else ""
@@ -319,6 +354,7 @@ class Executor:
             self._forget_failed_create(create)
             return
         self._first_seen.pop(create.host_path, None)
+        self._created[name] = (created, self.clock.monotonic())
         self._remember_uid(create.host_path, name, str((created.get("metadata") or {}).get("uid") or ""))
         self.metrics.discovery.labels(create.mode).inc()
         self.metrics.discovery_duration.labels(create.mode).observe(self.clock.monotonic() - first)

@@ -396,7 +396,10 @@ class NodeAgent:
         """This node's PVs of static volumes. Dynamic (CSI) PVs carry the same node label, so
         the cache holds them too, but they are the CSI controller's to provision, watch and
         reclaim: the planner must not take a Released one for a local volume it cannot clean."""
-        return [pv for pv in (self.pvs.list() if self.pvs else []) if not pv_is_csi(pv)]
+        cached = self.pvs.list() if self.pvs else []
+        if self.executor is not None:
+            cached = self.executor.with_own_creates(cached)  # the cache may not show them yet
+        return [pv for pv in cached if not pv_is_csi(pv)]
 
     def _volume_figures(self) -> tuple[dict[tuple[str, str], int], dict[str, float]]:
         """PV counts and Released ages for the metrics; also called by every pass, so that a

@@ -256,3 +256,41 @@ def test_a_cleanup_job_that_starts_after_the_disks_were_swapped_refuses_the_othe
         with open(disk_b.backing, "rb") as f:
             f.seek(8 * MiB)
             assert f.read(len(marker)) == marker, "the Job wiped the other tenant's disk"
+
+
+def test_a_pv_just_created_counts_before_the_cache_shows_it(
+    agent_env: AgentEnv, mounter: Mounter, loops: LoopDevices, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent reads its PVs from a watch cache, which can lag behind its own writes (a
+    dropped watch, a relist). A PV it created that the cache does not show yet must still
+    count as existing: here the disk it was made for moves away and another disk takes its
+    path before the cache catches up. Taken for "no PV", the record followed its disk and
+    the PV stayed on offer over the other disk for good, named and sized for the first (the
+    renumbering campaign found it with a released tenant's disk in that place)."""
+    disk_x, disk_y = loops.attach(size=16 * MiB, ext4=True), loops.attach(size=24 * MiB, ext4=True)
+    path_a, path_b = agent_env.fs_dir / "a", agent_env.fs_dir / "b"
+    agent = agent_env.start_agent(watch_host=False, discovery_period=3600)
+    wait_for(lambda: agent.ready, timeout=10, what="the agent ready")
+    assert agent.pvs is not None
+    frozen = agent.pvs.list()
+    monkeypatch.setattr(agent.pvs, "list", lambda: list(frozen))  # the cache lags from here on
+    mounter.device(disk_x.path, path_a)
+    agent.reconcile_once()
+    made = agent_env.pv_for("/mnt/disks/a")
+    assert made is not None, "the PV for disk x"
+    mounter.umount(path_a)  # disk x moves to b, a new disk y takes a
+    mounter.device(disk_x.path, path_b)
+    mounter.device(disk_y.path, path_a)
+    agent.reconcile_once()
+    monkeypatch.undo()  # the cache catches up
+    informer = agent.pvs
+    wait_for(lambda: (pv := informer.get(made["metadata"]["name"])) is not None
+             and pv["metadata"]["resourceVersion"] == agent_env.pv_for("/mnt/disks/a")["metadata"]["resourceVersion"],
+             timeout=10, what="the cache showing the PV")
+    for _ in range(3):
+        agent.reconcile_once()
+    left = agent_env.pv_for("/mnt/disks/a")
+    assert left is None or left["metadata"]["uid"] != made["metadata"]["uid"], \
+        "the PV made for disk x is still on offer at a, over disk y"
+    assert agent.journal.get("/mnt/disks/a") is None or agent.journal.get("/mnt/disks/a").identity != \
+        f"fs:uuid={uuid(disk_x)}", "x's record must not stay at a"
