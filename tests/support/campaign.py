@@ -792,6 +792,12 @@ class AgentCampaign(_Campaign):
         left = os.listdir(volume.path)
         if not left:
             return
+        ref = pv["spec"].get("claimRef") or {}
+        if ref and ref.get("name") == volume.claim_name and left == [f"data-{volume.claim_name}"]:
+            # Pre-bound to the claim whose data it holds (the agent put back the claimRef that
+            # was removed by hand): only that claim can bind it, and the phase says Bound or
+            # Released at the PV controller's next sync. It is offered to nobody else.
+            return
         unclaimed = uid in self._unclaimed
         applied = self._unclaimed.get(uid) if unclaimed else self._reapplied.get(uid)
         if uid in self._renumbered:
