@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from localpv.agent.cleaning import block_cleaner, filesystem_cleaner
 from localpv.agent.jobs import JobCleaner
-from localpv.agent.journal import CLEANING, Journal
+from localpv.agent.journal import CLEANING, OFFERED, Journal
 from localpv.agent.metrics import AgentMetrics
 from localpv.agent.model import (
     FAILED,
@@ -37,7 +37,7 @@ from localpv.agent.pvbuilder import NodeInfo
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig
 from localpv.host.cleaner import ProcessRecords
-from localpv.host.scan import HUNG_STORAGE
+from localpv.host.scan import HUNG_STORAGE, Entry, look_again, same_volume
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import AlreadyExists, ApiError, Conflict, Gone, NotFound
 from localpv.kube.events import WARNING, EventRecorder
@@ -344,6 +344,8 @@ class Executor:
     def create(self, create: CreatePV) -> None:
         name = create.pv["metadata"]["name"]
         first = self._first_seen.setdefault(create.host_path, self.clock.monotonic())
+        if create.entry is not None and not self._still_there(name, create, create.entry):
+            return
         try:
             created = self.api.create(PERSISTENT_VOLUMES, create.pv)
         except AlreadyExists:
@@ -359,6 +361,26 @@ class Executor:
         self.metrics.discovery.labels(create.mode).inc()
         self.metrics.discovery_duration.labels(create.mode).observe(self.clock.monotonic() - first)
         log.info("created PV %s for %s (%s, %d bytes)", name, create.host_path, create.mode, create.capacity)
+
+    def _still_there(self, name: str, create: CreatePV, planned: Entry) -> bool:
+        """The path still shows the volume the PV was planned for (:func:`look_again`).
+
+        If not (a disk swapped or unmounted since the pass looked), the PV is not created and
+        the record the plan wrote for it is dropped, so the next pass - started at once -
+        decides from what is there now. Otherwise a PV named and sized for one disk would be
+        offered over another, which may hold a previous tenant's data.
+        """
+        now = look_again(planned)
+        if same_volume(planned, now):
+            return True
+        shows = now.identity.value or now.reason or now.kind.value
+        log.warning("not creating PV %s: %s changed since this pass looked at it (it was %s, it shows %s); the "
+                    "next pass decides again", name, create.host_path, planned.identity.value or planned.ident, shows)
+        record = self.journal.get(create.host_path)
+        if record is not None and record.state == OFFERED and record.pv == name and not record.pv_uid:
+            self.journal.apply({create.host_path: None})
+        self.trigger("mount")
+        return False
 
     def _remember_uid(self, host_path: str, name: str, uid: str) -> None:
         """Record which PV object the volume is offered as: a PV of that name with another

@@ -78,6 +78,8 @@ class CreatePV:
     host_path: str
     mode: str
     capacity: int
+    #: The entry the PV was planned from: what the path must still show when it is created.
+    entry: Entry | None = None
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,34 @@ def scan_directory(
     return entries
 
 
+def look_again(
+    entry: Entry, *, probes: StorageProbes | None = None, timeout: float | None = None,
+    identities: IdentityReader | None = None,
+) -> Entry:
+    """``entry`` as its path shows it now, to compare with what a pass saw a moment ago.
+
+    A pass scans, plans, then acts: a disk swapped in between (an operator remounting
+    disks, a disk replaced under the same path) would be published under the plan made for
+    the one before. Whatever is at the path now is classified as the scan would classify a
+    mount point (without asking the mount table: what it is, not whether it is listed, is the
+    question), bounded like every look at storage; it is then the same volume when kind,
+    ``ident`` and ``identity`` are those of ``entry``. A volume unmounted meanwhile shows the
+    directory underneath, with the identity of the filesystem that holds it: not the same.
+    """
+    probes = probes or default_probes()
+    identities = identities or default_identity_reader()
+    look = functools.partial(_classify, entry.name, entry.path, (), FilesystemTypes(), identities)
+    try:
+        return probes.run(f"entry:{entry.path}", look, timeout=timeout)
+    except StorageHung as hung:
+        return Entry(entry.name, entry.path, EntryKind.HUNG, reason=f'"{entry.path}" {_hung_reason(hung)}')
+
+
+def same_volume(before: Entry, now: Entry) -> bool:
+    """``now`` (see :func:`look_again`) is the volume ``before`` was."""
+    return (before.kind, before.ident, before.identity.value) == (now.kind, now.ident, now.identity.value)
+
+
 def _list(mount_dir: str) -> tuple[str, list[str]]:
     """The resolved discovery dir and its entries, sorted."""
     return _resolve_discovery_dir(mount_dir), sorted(os.listdir(mount_dir))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from localpv.agent.metrics import AgentMetrics
 from localpv.agent.node import AgentOptions, NodeAgent
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig, parse_config
+from localpv.host.scan import Entry
 from localpv.kube.api import KubeApi, RequestObserver
 from localpv.kube.errors import ApiError, Backoff
 from localpv.kube.events import EventRecorder
@@ -56,6 +57,7 @@ class AgentEnv:
         job_image: str | None = None,
         retry_backoff: Backoff = FAST_RETRY,
         observer: RequestObserver | None = None,
+        scanner: Callable[[str, frozenset[str]], list[Entry]] | None = None,
     ) -> NodeAgent:
         """``observer``: also told of every request the agent makes (to inject a fault at a moment)."""
         options = AgentOptions(node_name=NODE, namespace="default", job_image=job_image, config_path=config_path,
@@ -71,7 +73,8 @@ class AgentEnv:
         api = KubeApi(self.api.transport, backoff=self.api.backoff, observer=observe)
         recorder = EventRecorder(api, component="test-agent", min_update_interval=0.0)
         agent = NodeAgent(api, options, config or self.config(), Journal(self.state_dir / "journal.json"),
-                          metrics=metrics, clock=clock, recorder=recorder)
+                          metrics=metrics, clock=clock, recorder=recorder,
+                          **({"scanner": scanner} if scanner is not None else {}))
         agent.start()
         self.agents.append(agent)
         return agent

@@ -19,6 +19,9 @@ import pytest
 
 from localpv.agent.journal import Journal
 from localpv.host.identity import IdentityReader
+from localpv.host.mounts import mount_points
+from localpv.host.scan import Entry, scan_directory
+from localpv.naming import parse_quantity
 from tests.agent.conftest import AgentEnv
 from tests.conftest import wait_for
 from tests.support.hostfs import LoopDevice, LoopDevices, Mounter, sh
@@ -294,3 +297,38 @@ def test_a_pv_just_created_counts_before_the_cache_shows_it(
         "the PV made for disk x is still on offer at a, over disk y"
     assert agent.journal.get("/mnt/disks/a") is None or agent.journal.get("/mnt/disks/a").identity != \
         f"fs:uuid={uuid(disk_x)}", "x's record must not stay at a"
+
+
+def test_a_disk_swapped_between_the_look_and_the_create_is_not_published_as_the_old_one(
+    agent_env: AgentEnv, mounter: Mounter, loops: LoopDevices
+) -> None:
+    """A pass scans, plans, then creates. A disk swapped in between (an operator remounting
+    disks one by one) must not be published under the plan made for the disk before it: the
+    PV would be named and sized for one disk and offer another."""
+    disk_x, disk_y = loops.attach(size=16 * MiB, ext4=True), loops.attach(size=32 * MiB, ext4=True)
+    path_a = agent_env.fs_dir / "a"
+    seen: dict[str, list[Entry]] = {}
+    stale = {"on": False}
+
+    def scanner(mount_dir: str, points: frozenset[str]) -> list[Entry]:
+        """The scan as it was when the pass looked, before the swap."""
+        if not stale["on"]:
+            seen[mount_dir] = scan_directory(mount_dir, points)
+        return seen[mount_dir]
+
+    agent = agent_env.start_agent(watch_host=False, discovery_period=3600, scanner=scanner)
+    wait_for(lambda: agent.ready, timeout=10, what="the agent ready")
+    mounter.device(disk_x.path, path_a)
+    scanner(str(agent_env.fs_dir), mount_points())  # the pass looks: disk x at a
+    stale["on"] = True
+    mounter.umount(path_a)  # ... and disk y takes a before the PV is created
+    mounter.device(disk_y.path, path_a)
+    agent.reconcile_once()
+    pv = agent_env.pv_for("/mnt/disks/a")
+    assert pv is None, f"a PV planned for disk x offers disk y: {pv and pv['spec']['capacity']}"
+    stale["on"] = False
+    agent.reconcile_once()
+    pv = wait_for(lambda: agent_env.pv_for("/mnt/disks/a"), timeout=10, what="disk y published")
+    assert parse_quantity(pv["spec"]["capacity"]["storage"]) > 16 * MiB, "sized for disk y (disk x is 16 MiB whole)"
+    record = agent.journal.get("/mnt/disks/a")
+    assert record is not None and record.identity == f"fs:uuid={uuid(disk_y)}"

@@ -9,7 +9,7 @@ import pytest
 
 from localpv.host.identity import Identity
 from localpv.host.mounts import mount_points
-from localpv.host.scan import Entry, EntryKind, ScanError, scan_directory
+from localpv.host.scan import Entry, EntryKind, ScanError, look_again, same_volume, scan_directory
 
 from .conftest import LoopDevices, MiB, Mounter
 
@@ -92,6 +92,24 @@ def test_a_mount_gone_since_the_table_was_read_is_not_a_volume(tmp_path: Path, m
     assert got["v3"].reason == f'path "{disc}/v3" is not a valid mount point'
     assert (got["v3"].capacity, got["v3"].identity.value) == (None, "")
     assert (got["v4"].kind, got["v4"].capacity) == (EntryKind.MOUNTPOINT, 1 * MiB)
+
+
+@pytest.mark.root
+def test_looking_again_tells_whether_the_path_still_shows_the_same_volume(
+    tmp_path: Path, mounter: Mounter, loops: LoopDevices
+) -> None:
+    disc = tmp_path / "disks"
+    disk_x, disk_y = loops.attach(size=16 * MiB, ext4=True), loops.attach(size=16 * MiB, ext4=True)
+    mounter.device(disk_x.path, disc / "a")
+    (before,) = scan_directory(str(disc), mount_points())
+    assert same_volume(before, look_again(before))
+    mounter.umount(disc / "a")
+    assert not same_volume(before, look_again(before)), "unmounted: the directory underneath"
+    mounter.device(disk_y.path, disc / "a")
+    assert not same_volume(before, look_again(before)), "another disk (same size, same root inode)"
+    mounter.umount(disc / "a")
+    mounter.device(disk_x.path, disc / "a")
+    assert same_volume(before, look_again(before)), "the same disk mounted again"
 
 
 def test_plain_directories_are_not_mount_points_without_the_table(tmp_path: Path) -> None:

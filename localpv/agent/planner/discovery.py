@@ -128,7 +128,7 @@ def _discover_entry(
     pv = build_pv(spec, world.node, sc, world.config, world.provisioner)
     _set(journal, out, host_path, JournalEntry(name, cls.name, OFFERED, world.now, ident=entry.ident or "",
                                                identity=entry.identity.value))
-    out.creates.append(CreatePV(pv, host_path, mode, entry.capacity))
+    out.creates.append(CreatePV(pv, host_path, mode, entry.capacity, entry))
     out.capacity[mode] += round_capacity(entry.capacity)
 
 
