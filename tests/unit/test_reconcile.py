@@ -184,13 +184,14 @@ def skipped_for(result: Plan, path: str) -> list[Any]:
 
 def test_mountpoint_in_filesystem_class_becomes_a_pv() -> None:
     config = make_config()
-    world = make_world(config, {"sc1": [mnt("vol1", 10 * GiB + 123)]})
+    entry = mnt("vol1", 10 * GiB + 123)
+    world = make_world(config, {"sc1": [entry]})
     result = plan(world)
     assert len(result.creates) == 1
     create = result.creates[0]
     expected = build_pv(VolumeSpec(name_of("vol1"), "/mnt/disks/vol1", 10 * GiB + 123, "Filesystem",
                                    config.classes["sc1"]), NODE, StorageClassInfo("sc1"), config, PROVISIONER)
-    assert create == CreatePV(expected, "/mnt/disks/vol1", "Filesystem", 10 * GiB + 123)
+    assert create == CreatePV(expected, "/mnt/disks/vol1", "Filesystem", 10 * GiB + 123, entry)
     assert create.pv["spec"]["local"]["path"] == "/mnt/disks/vol1"  # host path, not /discovery/...
     assert create.pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0][
         "values"] == ["test-node-host"]
