@@ -35,7 +35,8 @@ def test_odd_entry_names_give_a_valid_pv_or_a_clear_reason(tmp_path: Path, entri
     # Treat every directory as a mount point: this is about names, not mounts.
     mounts = frozenset(os.path.join(str(root), n) for n in entries)
     config = parse_config({"storageClassMap": {"sc": {"hostDir": "/mnt/disks", "mountDir": str(root)}}}).config
-    scans = {"sc": [replace(e, capacity=e.capacity or 1 << 20) for e in scan_directory(str(root), mounts)]}
+    scans = {"sc": [replace(e, capacity=e.capacity or 1 << 20)
+                    for e in scan_directory(str(root), mounts, simulated=mounts)]}
     world = World(config=config, node=NodeInfo("n1", "uid", {"kubernetes.io/hostname": "n1"}),
                   provisioner="p", storage_classes={"sc": StorageClassInfo("sc")}, scans=scans,
                   pvs=[], journal={}, cleanups={}, collisions={}, now=1.0)
