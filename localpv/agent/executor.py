@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from localpv.agent.cleaning import block_cleaner, filesystem_cleaner
@@ -37,6 +37,7 @@ from localpv.agent.pvbuilder import NodeInfo
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig
 from localpv.host.cleaner import ProcessRecords
+from localpv.host.mounts import FilesystemTypes
 from localpv.host.scan import HUNG_STORAGE, Entry, look_again, same_volume
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import AlreadyExists, ApiError, Conflict, Gone, NotFound
@@ -158,8 +159,11 @@ class Executor:
             self.start_cleanup(cleanup, config)
         for delete in result.deletes:
             self.delete(delete)
+        fs_types = FilesystemTypes()  # one read of the mount table for the creates of this pass
+        made: dict[str, tuple[str, str]] = {}
         for create in result.creates:
-            self.create(create)
+            self.create(create, fs_types, made)
+        self._remember_uids(made)
         self._emit(result.events)
         self._log_conditions(result)
 
@@ -341,10 +345,14 @@ class Executor:
         except ValueError:
             return 0
 
-    def create(self, create: CreatePV) -> None:
+    def create(self, create: CreatePV, fs_types: FilesystemTypes | None = None,
+               made: dict[str, tuple[str, str]] | None = None) -> None:
+        """Create the PV; its uid goes into ``made`` (host path -> name, uid) for the journal,
+        written once for all the creates of a pass (see :meth:`_remember_uids`), or at once
+        without ``made``."""
         name = create.pv["metadata"]["name"]
         first = self._first_seen.setdefault(create.host_path, self.clock.monotonic())
-        if create.entry is not None and not self._still_there(name, create, create.entry):
+        if create.entry is not None and not self._still_there(name, create, create.entry, fs_types):
             return
         try:
             created = self.api.create(PERSISTENT_VOLUMES, create.pv)
@@ -357,12 +365,16 @@ class Executor:
             return
         self._first_seen.pop(create.host_path, None)
         self._created[name] = (created, self.clock.monotonic())
-        self._remember_uid(create.host_path, name, str((created.get("metadata") or {}).get("uid") or ""))
+        uid = str((created.get("metadata") or {}).get("uid") or "")
+        if made is None:
+            self._remember_uids({create.host_path: (name, uid)})
+        else:
+            made[create.host_path] = (name, uid)
         self.metrics.discovery.labels(create.mode).inc()
         self.metrics.discovery_duration.labels(create.mode).observe(self.clock.monotonic() - first)
         log.info("created PV %s for %s (%s, %d bytes)", name, create.host_path, create.mode, create.capacity)
 
-    def _still_there(self, name: str, create: CreatePV, planned: Entry) -> bool:
+    def _still_there(self, name: str, create: CreatePV, planned: Entry, fs_types: FilesystemTypes | None) -> bool:
         """The path still shows the volume the PV was planned for (:func:`look_again`).
 
         If not (a disk swapped or unmounted since the pass looked), the PV is not created and
@@ -370,7 +382,7 @@ class Executor:
         decides from what is there now. Otherwise a PV named and sized for one disk would be
         offered over another, which may hold a previous tenant's data.
         """
-        now = look_again(planned)
+        now = look_again(planned, fs_types=fs_types)
         if same_volume(planned, now):
             return True
         shows = now.identity.value or now.reason or now.kind.value
@@ -382,12 +394,18 @@ class Executor:
         self.trigger("mount")
         return False
 
-    def _remember_uid(self, host_path: str, name: str, uid: str) -> None:
-        """Record which PV object the volume is offered as: a PV of that name with another
-        uid later is someone else's re-creation, not ours."""
-        entry = self.journal.get(host_path)
-        if uid and entry is not None and entry.pv == name and not entry.pv_uid:
-            self.journal.apply({host_path: replace(entry, pv_uid=uid)})
+    def _remember_uids(self, made: Mapping[str, tuple[str, str]]) -> None:
+        """Record which PV object each volume is offered as (a PV of that name with another
+        uid later is someone else's re-creation, not ours), in one journal write: a write per
+        create rewrote the whole journal each time, quadratic in a first start's volumes. A
+        crash before the write leaves records without a uid, as a crash right after a create
+        always could; such a record takes the uid of the PV of its name when it sees it."""
+        changes = {}
+        for host_path, (name, uid) in made.items():
+            entry = self.journal.get(host_path)
+            if uid and entry is not None and entry.pv == name and not entry.pv_uid:
+                changes[host_path] = replace(entry, pv_uid=uid)
+        self.journal.apply(changes)
 
     def _forget_failed_create(self, create: CreatePV) -> None:
         """Drop the journal's "offered" record only if the PV surely does not exist.

@@ -168,7 +168,7 @@ def scan_directory(
 
 def look_again(
     entry: Entry, *, probes: StorageProbes | None = None, timeout: float | None = None,
-    identities: IdentityReader | None = None,
+    identities: IdentityReader | None = None, fs_types: FilesystemTypes | None = None,
 ) -> Entry:
     """``entry`` as its path shows it now, to compare with what a pass saw a moment ago.
 
@@ -179,10 +179,12 @@ def look_again(
     question), bounded like every look at storage; it is then the same volume when kind,
     ``ident`` and ``identity`` are those of ``entry``. A volume unmounted meanwhile shows the
     directory underneath, with the identity of the filesystem that holds it: not the same.
+    ``fs_types`` may be shared by the looks of one pass: it reads the mount table once, and
+    again only for a mount it does not know (one made since).
     """
     probes = probes or default_probes()
     identities = identities or default_identity_reader()
-    look = functools.partial(_classify, entry.name, entry.path, (), FilesystemTypes(), identities)
+    look = functools.partial(_classify, entry.name, entry.path, (), fs_types or FilesystemTypes(), identities)
     try:
         return probes.run(f"entry:{entry.path}", look, timeout=timeout)
     except StorageHung as hung:
