@@ -55,16 +55,15 @@ import argparse
 import contextlib
 import ctypes
 import errno
-import functools
 import os
 import signal
 import stat
-import struct
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+
+from localpv.host.statx import mount_id
 
 __all__ = [
     "CleanError",
@@ -329,49 +328,6 @@ def _unknown_mount(root: str, error: OSError) -> CleanError:
     return CleanError(f"cannot tell which mount {root} is (is /proc mounted?): {error}")
 
 
-def _mount_id(fd: int) -> int:
-    """The id of the mount an open descriptor belongs to.
-
-    Unlike ``st_dev`` it tells apart two mounts of the same filesystem, i.e. a bind mount.
-    Works for ``O_PATH`` descriptors too, which can be had without touching the file.
-    The walk asks it once per directory, so it is asked of ``statx`` (``stx_mnt_id``, Linux
-    5.8): one system call, where ``mnt_id`` in ``/proc/self/fdinfo`` - the same number, the
-    fallback on older kernels - costs an open, reads and a close, a quarter of the walk's
-    time in a tree of small directories.
-    """
-    statx = _libc_statx()
-    if statx is not None:
-        buf = ctypes.create_string_buffer(_STATX_SIZE)
-        if statx(fd, b"", _AT_EMPTY_PATH, _STATX_MNT_ID, buf) == 0 and \
-                _STATX_MASK.unpack_from(buf)[0] & _STATX_MNT_ID:
-            return int(_STATX_MNT_ID_FIELD.unpack_from(buf, _STATX_MNT_ID_OFFSET)[0])
-    with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
-        for line in f:
-            if line.startswith(b"mnt_id:"):
-                return int(line.split()[1])
-    raise OSError(f"no mnt_id in /proc/self/fdinfo/{fd}")
-
-
-_AT_EMPTY_PATH = 0x1000
-_STATX_MNT_ID = 0x1000
-_STATX_SIZE = 256  # struct statx, <linux/stat.h>
-_STATX_MASK = struct.Struct("=I")  # stx_mask, at offset 0: which fields the kernel filled
-_STATX_MNT_ID_FIELD = struct.Struct("=Q")
-_STATX_MNT_ID_OFFSET = 144
-
-
-@functools.cache
-def _libc_statx() -> Callable[[int, bytes, int, int, ctypes.Array[ctypes.c_char]], int] | None:
-    """glibc's ``statx`` (2.28 and later), or None."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).statx
-    except AttributeError:
-        return None
-    fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p)
-    fn.restype = ctypes.c_int
-    return cast(Callable[[int, bytes, int, int, "ctypes.Array[ctypes.c_char]"], int], fn)
-
-
 def _is_mount_root(fd: int) -> bool:
     """True if the directory open as ``fd`` is the root of a mount: its ``..`` is on another one.
 
@@ -379,7 +335,7 @@ def _is_mount_root(fd: int) -> bool:
     """
     parent = os.open("..", _PATH_FLAGS, dir_fd=fd)
     try:
-        return _mount_id(fd) != _mount_id(parent)
+        return mount_id(fd) != mount_id(parent)
     finally:
         os.close(parent)
 
@@ -451,7 +407,7 @@ class _Walk:
         self._fd, st = _open_root(self.root, require_mount_point=self.require_mount_point)
         try:
             try:
-                self._root_dev, self._root_mount = st.st_dev, _mount_id(self._fd)
+                self._root_dev, self._root_mount = st.st_dev, mount_id(self._fd)
             except OSError as e:
                 raise _unknown_mount(self.root, e) from e
             if self.expect_identity:
@@ -597,7 +553,7 @@ class _Walk:
             if _ident(current) != _ident(st):
                 self._problem("a directory was replaced during cleaning")
                 return None
-            if _mount_id(path_fd) != self._root_mount:
+            if mount_id(path_fd) != self._root_mount:
                 self._problem(_foreign_mount(self.root))
                 return None
             if current.st_mode & _OWNER_RWX != _OWNER_RWX:
@@ -614,7 +570,7 @@ class _Walk:
         except OSError:
             return False
         try:
-            return _mount_id(fd) != self._root_mount
+            return mount_id(fd) != self._root_mount
         except OSError:
             return False
         finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from localpv.host import fsclean
+from localpv.host import fsclean, statx
 from localpv.host.fsclean import DirtyVolumeError, UnsafePathError, clean_directory
 
 from .conftest import MiB, Mounter
@@ -170,7 +170,7 @@ def test_a_mount_stacked_on_a_directory_after_its_check_is_not_entered(
     name again: a mount stacked on it between the check and the reopening is not emptied."""
     (tmpfs / "d").mkdir()
     (tmpfs / "d" / "ours").write_text("tenant")
-    real_mount_id, stacked = fsclean._mount_id, []
+    real_mount_id, stacked = fsclean.mount_id, []
 
     def mount_id_then_stack(fd: int) -> int:
         found = real_mount_id(fd)
@@ -179,7 +179,7 @@ def test_a_mount_stacked_on_a_directory_after_its_check_is_not_entered(
             (stacked[0] / "theirs").write_text("not ours")
         return found
 
-    monkeypatch.setattr(fsclean, "_mount_id", mount_id_then_stack)
+    monkeypatch.setattr(fsclean, "mount_id", mount_id_then_stack)
     with pytest.raises(DirtyVolumeError, match="a filesystem is mounted inside the volume") as exc:
         clean_directory(str(tmpfs))
     assert stacked, "the mount was stacked between the check and the reopening"
@@ -197,9 +197,9 @@ def test_mount_ids_come_from_fdinfo_where_statx_cannot_tell_them(
     gives the same number, and still tells a bind mount of the same filesystem."""
     fd = os.open(tmpfs, os.O_PATH)
     try:
-        from_statx = fsclean._mount_id(fd)
-        monkeypatch.setattr(fsclean, "_libc_statx", lambda: None)
-        assert fsclean._mount_id(fd) == from_statx
+        from_statx = statx.mount_id(fd)
+        monkeypatch.setattr(statx, "_libc_statx", lambda: None)
+        assert statx.mount_id(fd) == from_statx
     finally:
         os.close(fd)
     precious = tmpfs / "precious"
