@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from localpv.host.mounts import MountInfo
+from localpv.host.statx import unique_mount_id
 
 __all__ = [
     "DEFAULT_UDEV_DIR",
@@ -261,33 +262,6 @@ def _hardware(major: int, minor: int, udev: Mapping[str, str]) -> tuple[str, str
     if serial:
         return f"serial={serial}", "serial (sysfs)"
     return None
-
-
-_AT_EMPTY_PATH = 0x1000
-_STATX_MNT_ID_UNIQUE = 0x4000
-_STATX_SIZE = 256
-_STATX_MNT_ID_OFFSET = 144
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def unique_mount_id(fd: int) -> int | None:
-    """The unique, never reused id of the mount ``fd`` is on, or None before Linux 6.8."""
-    buf = ctypes.create_string_buffer(_STATX_SIZE)
-    try:
-        statx = _libc().statx
-    except AttributeError:  # a C library without statx(2)
-        return None
-    if statx(fd, b"", _AT_EMPTY_PATH, _STATX_MNT_ID_UNIQUE, buf) != 0:
-        return None
-    mask = struct.unpack_from("=I", buf.raw, 0)[0]
-    if not mask & _STATX_MNT_ID_UNIQUE:
-        return None
-    mount_id: int = struct.unpack_from("=Q", buf.raw, _STATX_MNT_ID_OFFSET)[0]
-    return mount_id
 
 
 class IdentityReader:

@@ -9,7 +9,7 @@ import struct
 from collections.abc import Callable
 from typing import cast
 
-__all__ = ["mount_id"]
+__all__ = ["mount_id", "unique_mount_id"]
 
 
 def mount_id(fd: int) -> int:
@@ -37,10 +37,24 @@ def mount_id(fd: int) -> int:
 
 _AT_EMPTY_PATH = 0x1000
 _STATX_MNT_ID = 0x1000
+_STATX_MNT_ID_UNIQUE = 0x4000  # Linux 6.8
 _STATX_SIZE = 256  # struct statx, <linux/stat.h>
 _STATX_MASK = struct.Struct("=I")  # stx_mask, at offset 0: which fields the kernel filled
 _STATX_MNT_ID_FIELD = struct.Struct("=Q")
 _STATX_MNT_ID_OFFSET = 144
+
+
+def unique_mount_id(fd: int) -> int | None:
+    """The unique, never reused id of the mount ``fd`` is on, or None before Linux 6.8 (or
+    with a C library without ``statx``)."""
+    statx = _libc_statx()
+    if statx is None:
+        return None
+    buf = ctypes.create_string_buffer(_STATX_SIZE)
+    if statx(fd, b"", _AT_EMPTY_PATH, _STATX_MNT_ID_UNIQUE, buf) != 0 or \
+            not _STATX_MASK.unpack_from(buf)[0] & _STATX_MNT_ID_UNIQUE:
+        return None
+    return int(_STATX_MNT_ID_FIELD.unpack_from(buf, _STATX_MNT_ID_OFFSET)[0])
 
 
 @functools.cache

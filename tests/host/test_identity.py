@@ -161,7 +161,7 @@ def test_a_mounts_identity_is_read_once_and_a_new_mount_is_read_again(
 ) -> None:
     """Cached by the mount's unique id (Linux 6.8+), which no later mount gets: the same disk
     mounted again, or reformatted and mounted again, is read afresh."""
-    from localpv.host.identity import unique_mount_id
+    from localpv.host.statx import unique_mount_id
 
     reader = IdentityReader(str(tmp_path / "no-udev"))
     target = mounter.device(ext4_loop.path, tmp_path / "mnt")
