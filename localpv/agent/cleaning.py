@@ -32,7 +32,7 @@ from pathlib import Path
 
 from localpv.agent.outcome import CleanFn, CleanOutcome
 from localpv.host.cleaner import CleanerResult, ProcessRecords, block_device_problem, run_cleaner
-from localpv.host.fsclean import PARENT_ENV, directly_inside, file_kind, not_an_entry_problem
+from localpv.host.fsclean import PARENT_ENV, already_empty, directly_inside, file_kind, not_an_entry_problem
 from localpv.host.probes import StorageHung, default_probes
 
 __all__ = [
@@ -171,6 +171,21 @@ def _lingering_note(result: CleanerResult) -> str:
             "the storage lets it go")
 
 
+#: Seconds the in-process look for an already empty volume may take before the cleaner
+#: process is started instead (which can be killed if the storage never answers).
+EMPTY_LOOK_TIMEOUT = 2.0
+
+
+def _already_empty(path: str, mount_dir: str | None, require_mount_point: bool, expect_identity: str) -> bool:
+    """:func:`~localpv.host.fsclean.already_empty`, through the bounded storage probes."""
+    look = functools.partial(already_empty, path, mount_dir, require_mount_point=require_mount_point,
+                             expect_identity=expect_identity)
+    try:
+        return default_probes().run(f"empty:{path}", look, timeout=EMPTY_LOOK_TIMEOUT)
+    except StorageHung:
+        return False
+
+
 def filesystem_cleaner(
     container_path: str,
     mount_dir: str | None,
@@ -193,7 +208,10 @@ def filesystem_cleaner(
     The checks and the walk run in a child process (``python -m localpv.host.fsclean``),
     whose process group is killed at the timeout or on cancel, so that storage which never
     answers cannot hold the worker. With ``records``, the child is recorded under ``key``
-    while it lives, so that a restarted agent kills it.
+    while it lives, so that a restarted agent kills it. A volume that passes the same checks
+    and is empty - every volume of a first start, which is cleaned before it is offered -
+    needs no child: that look runs here, bounded like every look at storage
+    (:data:`EMPTY_LOOK_TIMEOUT`), and the child runs whenever it cannot say "empty".
     """
     argv = [*_FS_CLEANER, container_path]
     if mount_dir is not None:
@@ -207,6 +225,8 @@ def filesystem_cleaner(
         problem = _LINGERING.problem(container_path)
         if problem is not None:
             return CleanOutcome(False, problem)
+        if _already_empty(container_path, mount_dir, require_mount_point, expect_identity):
+            return CleanOutcome(True, "removed 0 files and 0 directories in 0.0s (it was empty)")
         lines: list[str] = []
 
         def line(text: str) -> None:

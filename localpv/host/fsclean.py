@@ -632,6 +632,27 @@ def clean_volume(
     return True, f"removed {report.files_removed} files and {report.dirs_removed} directories in {report.seconds:.1f}s"
 
 
+def already_empty(root: str, within: str | None, *, require_mount_point: bool = True,
+                  expect_identity: str = "") -> bool:
+    """The volume passes every check :func:`clean_volume` makes before it touches anything,
+    and holds nothing: there is nothing to clean. False when it does not, or it cannot be
+    told (the cleaner then runs and says why)."""
+    if within is not None and not directly_inside(root, within):
+        return False
+    try:
+        fd, st = _open_root(root, require_mount_point=require_mount_point)
+    except (CleanError, OSError):
+        return False
+    try:
+        if expect_identity:
+            _check_identity(root, fd, st, expect_identity)
+        return not os.listdir(fd)
+    except (CleanError, OSError):
+        return False
+    finally:
+        os.close(fd)
+
+
 #: The environment variable naming the process that started a child cleaner (see :func:`main`).
 PARENT_ENV = "LOCALPV_CLEANER_PARENT"
 _PR_SET_PDEATHSIG = 1
