@@ -141,7 +141,7 @@ class Executor:
             seen = by_name.get(name)
             if now - when > OWN_CREATES_VISIBLE_FOR or (
                     seen is not None and (seen.get("metadata") or {}).get("uid") == pv["metadata"].get("uid")):
-                del self._created[name]
+                self._created.pop(name, None)  # (a metrics scrape asks from another thread too)
                 continue
             merged[name] = pv
         return list(merged.values())
