@@ -244,10 +244,9 @@ def _classify(name: str, path: str, spellings: tuple[str, ...] | None, fs_types:
 
     ``spellings``: given when the mount table the caller read lists the entry as a mount
     point - the paths a mount there may have (the entry's, and under the resolved discovery
-    dir), or none for a simulated mount point. The entry is
-    opened once (``O_PATH``: no I/O, no blocking on a fifo) and everything is read from that
-    one object, so its type, identity, capacity and mount cannot come from two different
-    things swapped in between.
+    dir), or none for a simulated mount point. The entry is opened once (``O_PATH``: no I/O,
+    no blocking on a fifo) and everything is read from that one object, so its type,
+    identity, capacity and mount cannot come from two different things swapped in between.
     """
     try:
         fd = os.open(path, _PATH_FLAGS)
