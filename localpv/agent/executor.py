@@ -115,6 +115,9 @@ class Executor:
         self._deleted_uids: dict[str, float] = {}
         #: name -> (the PV as this executor created it, when): see :meth:`with_own_creates`.
         self._created: dict[str, tuple[Obj, float]] = {}
+        #: name -> uids the PV informer showed under that name while its create was in flight
+        #: (the watch event can come before the create's answer).
+        self._in_flight: dict[str, set[str]] = {}
         #: Events marked ``once`` that the last pass planned: not emitted again while they last.
         self._standing: set[tuple[str, str, str, str]] = set()
 
@@ -132,7 +135,9 @@ class Executor:
         :data:`OWN_CREATES_VISIBLE_FOR` passed (the cache is the truth again; the orphan check's
         GET settles a record whose PV it never showed). Until then it stands for an older
         object of the same name the cache still shows (that one was deleted: the create
-        succeeded).
+        succeeded). The informer tells :meth:`seen_by_cache` of every object it shows, so a
+        create the cache showed and then lost to a deletion between two passes is not counted
+        again here.
         """
         now = self.clock.monotonic()
         by_name = {str((pv.get("metadata") or {}).get("name")): pv for pv in cached}
@@ -145,6 +150,19 @@ class Executor:
                 continue
             merged[name] = pv
         return list(merged.values())
+
+    def seen_by_cache(self, pv: Obj | None) -> None:
+        """The PV informer showed ``pv`` (added, changed or deleted): if it is one this
+        executor created, the cache knows it from now on and speaks for it - including its
+        deletion, which a pass that came later must not undo by counting the create again."""
+        meta = (pv or {}).get("metadata") or {}
+        name = str(meta.get("name"))
+        shown = self._in_flight.get(name)
+        if shown is not None:
+            shown.add(str(meta.get("uid") or ""))
+        created = self._created.get(name)
+        if created is not None and created[0]["metadata"].get("uid") == meta.get("uid"):
+            self._created.pop(name, None)
 
     def execute(self, result: Plan, config: ProvisionerConfig) -> None:
         for name in result.forget_cleanups:
@@ -354,6 +372,7 @@ class Executor:
         first = self._first_seen.setdefault(create.host_path, self.clock.monotonic())
         if create.entry is not None and not self._still_there(name, create, create.entry, fs_types):
             return
+        self._in_flight[name] = set()
         try:
             created = self.api.create(PERSISTENT_VOLUMES, create.pv)
         except AlreadyExists:
@@ -363,9 +382,12 @@ class Executor:
             log.warning("creating PV %s for %s failed: %s", name, create.host_path, err)
             self._forget_failed_create(create)
             return
+        finally:
+            shown = self._in_flight.pop(name, set())
         self._first_seen.pop(create.host_path, None)
-        self._created[name] = (created, self.clock.monotonic())
         uid = str((created.get("metadata") or {}).get("uid") or "")
+        if uid not in shown:  # else the cache had it before the answer came: it speaks for it
+            self._created[name] = (created, self.clock.monotonic())
         if made is None:
             self._remember_uids({create.host_path: (name, uid)})
         else:

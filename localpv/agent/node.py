@@ -248,7 +248,7 @@ class NodeAgent:
                                  "looks free") from err
         selector = f"{NODE_LABEL_KEY}={node_label_value(self.node.name)}"
         self.pvs = Informer(self.api, PERSISTENT_VOLUMES, label_selector=selector, clock=self.clock,
-                            on_change=lambda *_: self.trigger("pv"), name="pv-informer")
+                            on_change=self._on_pv_change, name="pv-informer")
         self.classes = Informer(self.api, STORAGE_CLASSES, clock=self.clock,
                                 on_change=lambda *_: self.trigger("storageclass"), name="sc-informer")
         for informer in self._informers():
@@ -290,6 +290,11 @@ class NodeAgent:
             return frozenset({"<unreadable>"})
         return frozenset(m for m in mounts
                          if any(m.mount_point == d or m.mount_point.startswith(d + "/") for d in dirs))
+
+    def _on_pv_change(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
+        if self.executor is not None:
+            self.executor.seen_by_cache(new or old)  # its own create, shown: the cache has it now
+        self.trigger("pv")
 
     def _on_host_event(self, kind: str) -> None:
         """A mount-table change wakes the loop only if it changed what is mounted under a
