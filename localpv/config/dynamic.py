@@ -159,21 +159,27 @@ def _entries(value: Any, path: str, problems: _Problems, what: str, rule: str) -
     return found
 
 
+def _settings(entry: dict[str, Any], keys: Mapping[str, KeySpec], required: str, where: str,
+              problems: _Problems) -> dict[str, Any] | None:
+    """One pool's or class's settings, parsed into their fields; None (and the problems
+    noted) when a key is unknown to ``keys``, ``required`` is missing or a value is wrong."""
+    _check_keys(entry, keys, where, problems)
+    if required not in entry:
+        problems.error(f"{where}.{required}", "required, got nothing")
+        return None
+    values = {spec.field: spec.parse(entry[key], f"{where}.{key}", problems)
+              for key, spec in keys.items() if key in entry}
+    return None if any(v is None for v in values.values()) else values
+
+
 def parse_pools(value: Any, path: str, problems: _Problems) -> dict[str, PoolConfig] | None:
     before = len(problems.errors)
     pools = {}
     for name, entry in _entries(value, path, problems, "pool", "label").items():
-        where = f"{path}.{name}"
-        _check_keys(entry, POOL_KEYS, where, problems)
-        if "hostDir" not in entry:
-            problems.error(f"{where}.hostDir", "required, got nothing")
-            continue
-        values = {spec.field: spec.parse(entry[key], f"{where}.{key}", problems)
-                  for key, spec in POOL_KEYS.items() if key in entry}
-        if any(v is None for v in values.values()):
-            continue
-        values.setdefault("mount_dir", values["host_dir"])
-        pools[name] = PoolConfig(name=name, **values)
+        values = _settings(entry, POOL_KEYS, "hostDir", f"{path}.{name}", problems)
+        if values is not None:
+            values.setdefault("mount_dir", values["host_dir"])
+            pools[name] = PoolConfig(name=name, **values)
     return pools if len(problems.errors) == before else None
 
 
@@ -181,16 +187,9 @@ def parse_classes(value: Any, path: str, problems: _Problems) -> dict[str, Dynam
     before = len(problems.errors)
     classes = {}
     for name, entry in _entries(value, path, problems, "StorageClass", "subdomain").items():
-        where = f"{path}.{name}"
-        _check_keys(entry, CLASS_KEYS, where, problems)
-        if "pool" not in entry:
-            problems.error(f"{where}.pool", "required, got nothing")
-            continue
-        values = {spec.field: spec.parse(entry[key], f"{where}.{key}", problems)
-                  for key, spec in CLASS_KEYS.items() if key in entry}
-        if any(v is None for v in values.values()):
-            continue
-        classes[name] = DynamicClass(name=name, **values)
+        values = _settings(entry, CLASS_KEYS, "pool", f"{path}.{name}", problems)
+        if values is not None:
+            classes[name] = DynamicClass(name=name, **values)
     return classes if len(problems.errors) == before else None
 
 
