@@ -17,6 +17,7 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,45 +29,63 @@ pytestmark = pytest.mark.e2e
 DRIVER = "local.csi.localpv.dev"
 CSI_NODES = Resource("storage.k8s.io", "v1", "csinodes", "CSINode", False)
 MiB = 1 << 20
+KUBELET_DIR = os.environ.get("LOCALPV_E2E_KUBELET_DIR") or "/var/lib/kubelet"
+#: A command that restarts the node's kubelet (SIGKILL and start again), run on its host.
+KUBELET_RESTART = os.environ.get("LOCALPV_E2E_KUBELET_RESTART") or ""
 
 
 class Dynamic:
-    def __init__(self, rel: Release, pool: Path, device: str) -> None:
+    def __init__(self, rel: Release, pool: Path, device: str, small: Path, small_device: str) -> None:
         self.rel = rel
         self.pool = pool
         self.device = device
+        self.small = small
+        self.small_device = small_device
         self.ext4 = f"{rel.storage_class}-ext4"
         self.xfs = f"{rel.storage_class}-xfs"
+        self.thick = f"{rel.storage_class}-thick"
+        #: A thin class on a small pool that promises twice its size.
+        self.over = f"{rel.storage_class}-over"
+        self.classes = (self.ext4, self.xfs, self.thick, self.over)
 
 
-@pytest.fixture(scope="module")
-def dyn(release_factory: Callable[..., Release], cluster: Cluster) -> Iterator[Dynamic]:
-    rel = release_factory("dyn")
-    image = rel.host.root / "pool.img"
+def pool_disk(root: Path, name: str, size: int) -> tuple[Path, str]:
+    """An ext4 filesystem on a loop device, mounted at ROOT/NAME on a shared mount."""
+    image = root / f"{name}.img"
     with open(image, "wb") as f:
-        f.truncate(2 << 30)
+        f.truncate(size)
     run("mkfs.ext4", "-q", "-F", str(image))
     device = run("losetup", "--find", "--show", str(image)).strip()
-    pool = rel.host.root / "pool"
+    pool = root / name
     pool.mkdir()
     run("mount", device, str(pool))
     # The agent sees the pool through a HostToContainer volume: containerd requires a
     # shared or slave source mount (on most nodes systemd makes every mount shared).
     run("mount", "--make-shared", str(pool))
-    kubelet_dir = os.environ.get("LOCALPV_E2E_KUBELET_DIR") or "/var/lib/kubelet"
+    return pool, device
+
+
+@pytest.fixture(scope="module")
+def dyn(release_factory: Callable[..., Release], cluster: Cluster) -> Iterator[Dynamic]:
+    rel = release_factory("dyn")
+    pool, device = pool_disk(rel.host.root, "pool", 2 << 30)
+    small, small_device = pool_disk(rel.host.root, "small", 256 * MiB)
     rel.install(rel.values(dynamic={
-        "driverName": DRIVER, "kubeletDir": kubelet_dir,
-        "pools": [{"name": "e2e", "hostDir": str(pool)}],
+        "driverName": DRIVER, "kubeletDir": KUBELET_DIR,
+        "pools": [{"name": "e2e", "hostDir": str(pool)},
+                  {"name": "small", "hostDir": str(small), "overcommit": 2}],
         "classes": [{"name": f"{rel.storage_class}-ext4", "pool": "e2e", "allowVolumeExpansion": True},
                     {"name": f"{rel.storage_class}-xfs", "pool": "e2e", "fsType": "xfs",
-                     "allowVolumeExpansion": True}]}))
-    dynamic = Dynamic(rel, pool, device)
+                     "allowVolumeExpansion": True},
+                    {"name": f"{rel.storage_class}-thick", "pool": "e2e", "provisioning": "thick"},
+                    {"name": f"{rel.storage_class}-over", "pool": "small"}]}))
+    dynamic = Dynamic(rel, pool, device, small, small_device)
     try:
         yield dynamic
     finally:
         # While the agent still runs: pods go (volumes unpublished, unstaged), claims go, the
         # agent removes images and PVs; whatever is left is removed by hand.
-        ns, classes = rel.namespace, (dynamic.ext4, dynamic.xfs)
+        ns, classes = rel.namespace, dynamic.classes
         for pod in cluster.list(PODS, ns):
             with contextlib.suppress(AssertionError):
                 cluster.delete_and_wait(PODS, pod["metadata"]["name"], ns, timeout=90)
@@ -79,8 +98,9 @@ def dyn(release_factory: Callable[..., Release], cluster: Cluster) -> Iterator[D
             wait_for(lambda: not ours() or None, 120, "the dynamic PVs to be deleted by the agent")
         for pv in ours():
             cluster.delete(PERSISTENT_VOLUMES, pv["metadata"]["name"])
-        subprocess.run(["umount", "-l", str(pool)], check=False)
-        subprocess.run(["losetup", "-d", device], check=False)
+        for path, disk in ((pool, device), (small, small_device)):
+            subprocess.run(["umount", "-l", str(path)], check=False)
+            subprocess.run(["losetup", "-d", disk], check=False)
 
 
 def claim(cluster: Cluster, namespace: str, name: str, storage_class: str, size: str) -> None:
@@ -201,3 +221,141 @@ def test_deleting_the_claim_removes_the_image(cluster: Cluster, dyn: Dynamic) ->
     cluster.delete(PERSISTENT_VOLUME_CLAIMS, "gone", ns)
     wait_for(lambda: cluster.get(PERSISTENT_VOLUMES, pv["metadata"]["name"]) is None, 120, "the PV to be deleted")
     assert not volume_dir.exists()
+
+
+def csi_call(method: str, request: Any, answer: type[Any]) -> tuple[str, str]:
+    """Call the agent's CSI socket on the host as the kubelet does: (status code, details)."""
+    import grpc
+
+    from localpv.csi.rpc import unary_call
+
+    with grpc.insecure_channel(f"unix://{KUBELET_DIR}/plugins/{DRIVER}/csi.sock") as channel:
+        try:
+            unary_call(channel, f"/csi.v1.Node/{method}", request, answer, timeout=60)
+        except grpc.RpcError as err:
+            return err.code().name, err.details() or ""  # type: ignore[attr-defined]
+    return "OK", ""
+
+
+def stage_request(pv: Obj, staging: Path) -> Any:
+    from localpv.csi.proto import csi_pb2 as csi
+
+    return csi.NodeStageVolumeRequest(
+        volume_id=pv["metadata"]["name"], staging_target_path=str(staging),
+        volume_context=pv["spec"]["csi"]["volumeAttributes"],
+        volume_capability=csi.VolumeCapability(
+            mount=csi.VolumeCapability.MountVolume(fs_type=pv["spec"]["csi"]["fsType"]),
+            access_mode=csi.VolumeCapability.AccessMode(mode=csi.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)))
+
+
+def node_ready(cluster: Cluster) -> bool:
+    from localpv.kube.resources import NODES
+
+    node = cluster.get(NODES, cluster.node) or {}
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
+@pytest.mark.skipif(not KUBELET_RESTART, reason="LOCALPV_E2E_KUBELET_RESTART (a command that restarts the "
+                                                "node's kubelet) is not set")
+def test_agent_and_kubelet_killed_under_a_running_pod_its_data_stays_and_a_second_stage_is_refused(
+        cluster: Cluster, dyn: Dynamic) -> None:
+    """Issue 23.1: a restarted agent container sees the loop devices its predecessor attached
+    with backing paths of a dead mount namespace; it must still know each staged image."""
+    from localpv.csi.proto import csi_pb2 as csi
+
+    ns = dyn.rel.namespace
+    claim(cluster, ns, "held", dyn.ext4, "64Mi")
+    long_pod(cluster, ns, "holder", "held", "echo before > /data/f; sync; sleep 3600")
+    pv = bound_pv(cluster, ns, "held")
+    name = pv["metadata"]["name"]
+    staging = Path(KUBELET_DIR) / "plugins" / "kubernetes.io" / "csi" / "pv" / name / "globalmount"
+    wait_for(lambda: staging.is_dir() and os.path.ismount(staging), 60, f"{name} staged at {staging}")
+
+    agent = cluster.agent_pod(ns)
+    cluster.delete(PODS, agent["metadata"]["name"], ns)
+    wait_for(lambda: (p := cluster.agent_pod(ns)) and p["metadata"]["uid"] != agent["metadata"]["uid"] and p, 180,
+             "a new agent pod")
+    subprocess.run(["sh", "-c", KUBELET_RESTART], check=True, timeout=120)
+    wait_for(lambda: node_ready(cluster) or None, 120, f"node {cluster.node} Ready after its kubelet's restart")
+
+    # The kubelet's own repeated stage (after its restart) succeeds; a stage elsewhere is refused.
+    assert csi_call("NodeStageVolume", stage_request(pv, staging), csi.NodeStageVolumeResponse) == ("OK", "")
+    other = staging.parent / "second"
+    code, details = csi_call("NodeStageVolume", stage_request(pv, other), csi.NodeStageVolumeResponse)
+    with contextlib.suppress(OSError):
+        other.rmdir()
+    assert code == "FAILED_PRECONDITION" and str(staging) in details, (code, details)
+    assert not os.path.ismount(other)
+    out = cluster.exec("holder", ns, ["sh", "-c", "cat /data/f && echo after >> /data/f && sync && cat /data/f"])
+    assert out.split() == ["before", "before", "after"]
+    assert (dyn.pool / name / "disk.img").exists()
+    cluster.delete_and_wait(PODS, "holder", ns, timeout=120)
+    cluster.delete(PERSISTENT_VOLUME_CLAIMS, "held", ns)
+    wait_for(lambda: cluster.get(PERSISTENT_VOLUMES, name) is None, 120, "the PV to be deleted")
+    assert not (dyn.pool / name).exists()
+
+
+def events_of(cluster: Cluster, namespace: str, name: str, reason: str) -> list[Obj]:
+    return [e for e in cluster.events(namespace)
+            if e.get("reason") == reason and (e.get("involvedObject") or {}).get("name") == name]
+
+
+def test_a_thick_claim_that_does_not_fit_what_thin_claims_were_promised_is_rescheduled(
+        cluster: Cluster, dyn: Dynamic) -> None:
+    """Issue 23.2: thin promises and thick allocations share one account (the pool is 2 GiB
+    with no over-commit: a thin 1200 MiB claim leaves no room for a thick 1200 MiB one, though
+    the thin image has taken almost nothing of the disk yet)."""
+    ns = dyn.rel.namespace
+    claim(cluster, ns, "thin", dyn.ext4, "1200Mi")
+    phase, log = cluster.run_pod(ns, "thin-user", "thin", "echo ok", fs_group=FS_GROUP)
+    assert phase == "Succeeded", log
+    thin_pv = bound_pv(cluster, ns, "thin")
+    claim(cluster, ns, "thick", dyn.thick, "1200Mi")
+    cluster.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "thick-user"}, "spec": {
+        "nodeSelector": {"kubernetes.io/hostname": cluster.hostname}, "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "work", "image": cluster.image, "imagePullPolicy": "IfNotPresent",
+                        "command": ["sh", "-c", "sleep 3600"],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "thick"}}]}}, ns)
+    failed = wait_for(lambda: [e for e in events_of(cluster, ns, "thick", "ProvisioningFailed")
+                               if "rescheduling" in e.get("message", "")] or None, 120,
+                      "a ProvisioningFailed event that reschedules the thick claim")
+    assert "does not fit" in failed[0]["message"] or "needs" in failed[0]["message"], failed[0]["message"]
+    pvc = cluster.get(PERSISTENT_VOLUME_CLAIMS, "thick", ns) or {}
+    assert (pvc.get("status") or {}).get("phase") == "Pending"
+    assert not [p for p in dyn.pool.iterdir() if p.name.startswith("pvc-") and p.name != thin_pv["metadata"]["name"]
+                and p.name == f"pvc-{pvc['metadata']['uid']}"]
+    cluster.delete_and_wait(PODS, "thick-user", ns, timeout=60)
+    cluster.delete_and_wait(PODS, "thin-user", ns, timeout=60)
+    for name in ("thick", "thin"):
+        cluster.delete(PERSISTENT_VOLUME_CLAIMS, name, ns)
+    wait_for(lambda: cluster.get(PERSISTENT_VOLUMES, thin_pv["metadata"]["name"]) is None, 120,
+             "the thin PV to be deleted")
+
+
+def test_a_thin_pool_filled_by_two_tenants_is_said_on_their_claims_and_the_other_keeps_its_data(
+        cluster: Cluster, dyn: Dynamic) -> None:
+    """Issue 23.4: a 256 MiB pool that promises twice its size; two tenants of 200 MiB each write
+    until it is full. A Warning on the claims within 2 minutes; the first tenant's data reads back."""
+    ns = dyn.rel.namespace
+    for name in ("tenant-a", "tenant-b"):
+        claim(cluster, ns, name, dyn.over, "200Mi")
+    phase, log = cluster.run_pod(ns, "writer-a", "tenant-a", "dd if=/dev/urandom of=/data/a bs=1M count=120 && "
+                                 "sync && md5sum /data/a > /data/a.md5 && sync && cat /data/a.md5", timeout=180,
+                                 fs_group=FS_GROUP)
+    assert phase == "Succeeded", log
+    digest = log.split()[0]
+    phase, log = cluster.run_pod(ns, "writer-b", "tenant-b", "dd if=/dev/urandom of=/data/b bs=1M count=190; sync; "
+                                 "echo done", timeout=180, fs_group=FS_GROUP)
+    assert log.rstrip().endswith("done"), log
+    warned = wait_for(lambda: [e for name in ("tenant-a", "tenant-b")
+                               for e in events_of(cluster, ns, name, "VolumeConditionAbnormal")] or None, 120,
+                      "a VolumeConditionAbnormal Warning on a claim of the full pool")
+    assert "pool small" in warned[0]["message"], warned[0]["message"]
+    phase, log = cluster.run_pod(ns, "reader-a", "tenant-a", "md5sum /data/a", timeout=180, fs_group=FS_GROUP)
+    assert phase == "Succeeded" and log.split()[0] == digest, log
+    for pod in ("writer-a", "writer-b", "reader-a"):
+        cluster.delete_and_wait(PODS, pod, ns, timeout=60)
+    for name in ("tenant-a", "tenant-b"):
+        cluster.delete(PERSISTENT_VOLUME_CLAIMS, name, ns)
