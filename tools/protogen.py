@@ -12,6 +12,8 @@ match the ``.proto`` files and the wire names the kubelet uses).
 
 from __future__ import annotations
 
+import importlib
+import importlib.resources
 import sys
 from pathlib import Path
 
@@ -20,12 +22,12 @@ PROTO_DIR = Path(__file__).resolve().parents[1] / "localpv" / "csi" / "proto"
 
 def main() -> int:
     try:
-        from grpc_tools import protoc  # type: ignore[import-untyped]
+        # Imported by name: whether mypy finds stubs for grpc_tools depends on the release of
+        # types-grpcio installed (some ship them, others do not), and this tool is optional.
+        protoc = importlib.import_module("grpc_tools.protoc")
     except ImportError:
         print("error: grpc_tools is not installed (pip install grpcio-tools)", file=sys.stderr)
         return 1
-    import importlib.resources
-
     include = str(importlib.resources.files("grpc_tools") / "_proto")
     for proto in sorted(PROTO_DIR.glob("*.proto")):
         args = ["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={PROTO_DIR}", f"--pyi_out={PROTO_DIR}",
