@@ -21,7 +21,7 @@ from typing import Any
 
 from localpv.agent.cleaning import cleaner_processes
 from localpv.agent.executor import Executor
-from localpv.agent.health import HealthReporter, assess
+from localpv.agent.health import assess
 from localpv.agent.jobs import JobCleaner
 from localpv.agent.journal import Journal
 from localpv.agent.metrics import AgentMetrics
@@ -43,6 +43,7 @@ from localpv.kube.events import WARNING, EventRecorder
 from localpv.kube.informer import Informer, jittered_period
 from localpv.kube.objects import Obj, pv_host_path, pv_is_csi
 from localpv.kube.resources import NODES, PERSISTENT_VOLUMES, STORAGE_CLASSES
+from localpv.kube.volumehealth import HealthReporter
 from localpv.naming import (
     HOSTNAME_LABEL_KEY,
     NODE_LABEL_KEY,
