@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from localpv.config.paths import _parse_abs_path
+from localpv.config.paths import _parse_abs_path, within
 from localpv.config.values import KeySpec, _as_bool, _as_str, _check_keys, _describe, _Parser, _Problems
 from localpv.naming import DNS1123_LABEL_RE, DNS1123_SUBDOMAIN_RE, parse_quantity
 
@@ -202,8 +202,32 @@ def parse_driver_name(value: Any, path: str, problems: _Problems) -> str | None:
     return None
 
 
+def overlap(path: str, other: str) -> str | None:
+    """How the normalised directory ``path`` lies against ``other``: "the same directory as",
+    "inside", "containing", or None when they are apart (neither holds the other)."""
+    if path == other:
+        return "the same directory as"
+    if within(path, other):
+        return "inside"
+    if within(other, path):
+        return "containing"
+    return None
+
+
+def _first_overlap(mine: Mapping[str, str], theirs: Mapping[str, str]) -> tuple[str, str] | None:
+    """The first key (hostDir, then mountDir) whose directories overlap, with how; None if none does.
+
+    Both sides matter: on the node two hostDirs on one directory are one directory; in the
+    agent's container a mountDir inside another's is a mount point inside it."""
+    for key in ("hostDir", "mountDir"):
+        if (how := overlap(mine[key], theirs[key])) is not None:
+            return key, how
+    return None
+
+
 def check(values: Mapping[str, Any], problems: _Problems) -> None:
-    """Rules across keys: a class names a pool that exists; a pool is no static class's directory."""
+    """Rules across keys: a class names a pool that exists; a pool is apart from every other
+    pool and from every static class's directory."""
     pools: Mapping[str, PoolConfig] = values.get("dynamic_pools") or {}
     for name, cls in (values.get("dynamic_classes") or {}).items():
         if cls.pool not in pools:
@@ -213,14 +237,27 @@ def check(values: Mapping[str, Any], problems: _Problems) -> None:
         if name in (values.get("classes") or {}):
             problems.error(f"dynamicClassMap.{name}", "expected a StorageClass that storageClassMap does not also "
                                                       "name (a class is static or dynamic), got both")
-    static_dirs = {c.host_dir: n for n, c in (values.get("classes") or {}).items()}
-    for name, pool in pools.items():
-        for other_dir, cls in static_dirs.items():
-            if pool.host_dir == other_dir or pool.host_dir.startswith(other_dir + "/") \
-                    or other_dir.startswith(pool.host_dir + "/"):
-                problems.error(f"dynamicPools.{name}.hostDir",
-                               f"expected a directory apart from every static class's hostDir, got {pool.host_dir}, "
-                               f"which overlaps class {cls}'s {other_dir} (its images would be offered as volumes)")
+    dirs = {name: {"hostDir": p.host_dir, "mountDir": p.mount_dir} for name, p in pools.items()}
+    static = {name: {"hostDir": c.host_dir, "mountDir": c.mount_dir}
+              for name, c in (values.get("classes") or {}).items()}
+    seen: list[str] = []
+    for name, mine in dirs.items():
+        for other in seen:
+            if clash := _first_overlap(mine, dirs[other]):
+                key, how = clash
+                problems.error(f"dynamicPools.{name}.{key}",
+                               f"expected a directory apart from every other pool's, got {mine[key]}, {how} "
+                               f"dynamicPools.{other}.{key} ({dirs[other][key]}): each pool would count only its "
+                               "own images against one disk and take the other's for its own")
+                break
+        seen.append(name)
+        for cls, theirs in static.items():
+            if clash := _first_overlap(mine, theirs):
+                key, how = clash
+                problems.error(f"dynamicPools.{name}.{key}",
+                               f"expected a directory apart from every static class's, got {mine[key]}, {how} "
+                               f"storageClassMap.{cls}.{key} ({theirs[key]}) (its images would be offered as "
+                               "volumes)")
 
 
 def pools_to_data(pools: Mapping[str, PoolConfig]) -> dict[str, Any]:

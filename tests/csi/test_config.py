@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from localpv.config import ConfigError, config_to_data, parse_config
 
@@ -51,7 +53,8 @@ def test_a_good_configuration_with_defaults() -> None:
     ({"csiDriverName": "Local_CSI"}, "csiDriverName: expected a CSI driver name"),
     ({"storageClassMap": {"s": {"hostDir": "/mnt/disks", "mountDir": "/mnt/disks"}},
       "dynamicPools": {"fast": {"hostDir": "/mnt/disks/pool"}}},
-     "dynamicPools.fast.hostDir: expected a directory apart from every static class's hostDir"),
+     "dynamicPools.fast.hostDir: expected a directory apart from every static class's, got /mnt/disks/pool, inside "
+     "storageClassMap.s.hostDir (/mnt/disks)"),
     ({"storageClassMap": {"s": {"hostDir": "/mnt/disks", "mountDir": "/mnt/disks"}},
       "dynamicPools": {"fast": {"hostDir": "/mnt/f"}}, "dynamicClassMap": {"s": {"pool": "fast"}}},
      "dynamicClassMap.s: expected a StorageClass that storageClassMap does not also name"),
@@ -66,3 +69,69 @@ def test_typos_are_warnings_with_a_hint() -> None:
     loaded = parse_config({"dynamicPools": {"fast": {"hostDir": "/mnt/f", "overcomit": 2}}})
     assert any('dynamicPools.fast.overcomit: unknown key, ignored (did you mean "overcommit"?)' in w
                for w in loaded.warnings)
+
+
+# ---------------------------------------------------------------- two pools on one directory (issue 23)
+
+def _pools(*dirs: str | tuple[str, str]) -> dict[str, Any]:
+    """Pools a, b, c... over the given hostDirs (or (hostDir, mountDir) pairs)."""
+    pools: dict[str, Any] = {}
+    for name, spec in zip("abcdef", dirs, strict=False):
+        host, mount = spec if isinstance(spec, tuple) else (spec, None)
+        pools[name] = {"hostDir": host, **({"mountDir": mount} if mount else {})}
+    return {"dynamicPools": pools}
+
+
+@pytest.mark.parametrize(("dirs", "expected"), [
+    (("/mnt/fast", "/mnt/fast"), "dynamicPools.b.hostDir: expected a directory apart from every other pool's, "
+                                 "got /mnt/fast, the same directory as dynamicPools.a.hostDir (/mnt/fast)"),
+    (("/mnt/fast", "/mnt/fast/"), "the same directory as dynamicPools.a.hostDir"),
+    (("/mnt/fast", "//mnt//fast"), "the same directory as dynamicPools.a.hostDir"),
+    (("/mnt/fast", "/mnt/./fast/."), "the same directory as dynamicPools.a.hostDir"),
+    (("/mnt/fast", "/mnt/fast/inner"), "got /mnt/fast/inner, inside dynamicPools.a.hostDir (/mnt/fast)"),
+    (("/mnt/fast/inner", "/mnt/fast"), "got /mnt/fast, containing dynamicPools.a.hostDir (/mnt/fast/inner)"),
+    (("/mnt/fast", ("/mnt/slow", "/mnt/fast")),
+     "dynamicPools.b.mountDir: expected a directory apart from every other pool's, got /mnt/fast, the same "
+     "directory as dynamicPools.a.mountDir (/mnt/fast)"),
+])
+def test_two_pools_on_one_directory_are_one_line_naming_both(dirs: tuple[str, ...], expected: str) -> None:
+    found = problems(_pools(*dirs))
+    assert [p for p in found if expected in p], found
+    assert len(found) == 1, found
+
+
+def test_a_dot_dot_spelling_of_another_pool_is_refused_as_it_is_written() -> None:
+    found = problems(_pools("/mnt/fast", "/mnt/x/../fast"))
+    assert found == ['dynamicPools.b.hostDir: expected a path without ".." components, got "/mnt/x/../fast"'], found
+
+
+def test_pools_side_by_side_are_fine() -> None:
+    pools = parse_config(_pools("/mnt/fast", "/mnt/fast2", "/mnt/slow/a", "/mnt/slow/b")).config.dynamic_pools
+    assert sorted(pools) == ["a", "b", "c", "d"]
+
+
+def test_a_pool_mounted_inside_a_static_class_mount_dir_is_refused() -> None:
+    """In the agent's container the pool is a mount point inside the class's directory: the class would
+    offer it as a volume, and wipe it on release."""
+    found = problems({"storageClassMap": {"s": {"hostDir": "/mnt/disks", "mountDir": "/disks"}},
+                      "dynamicPools": {"fast": {"hostDir": "/srv/pool", "mountDir": "/disks/pool"}}})
+    assert found == ["dynamicPools.fast.mountDir: expected a directory apart from every static class's, got "
+                     "/disks/pool, inside storageClassMap.s.mountDir (/disks) (its images would be offered as "
+                     "volumes)"], found
+
+
+_component = st.text(alphabet="abcxyz09-", min_size=1, max_size=6)
+
+
+@given(parts=st.lists(_component, min_size=1, max_size=4), data=st.data())
+def test_any_spelling_of_one_directory_is_the_same_pool(parts: list[str], data: st.DataObject) -> None:
+    """However a pool's directory is spelled (doubled slashes, ``.`` components, a trailing slash), a
+    second pool on it is refused naming both keys."""
+    seps = data.draw(st.lists(st.sampled_from(["/", "//", "/./"]), min_size=len(parts), max_size=len(parts)))
+    spelled = "".join(sep + part for sep, part in zip(seps, parts, strict=True)) + data.draw(
+        st.sampled_from(["", "/", "/.", "//"]))
+    plain = "/mnt/" + "/".join(parts)
+    found = problems(_pools("/mnt/" + "/".join(parts), "/mnt" + spelled))
+    assert found == [f"dynamicPools.b.hostDir: expected a directory apart from every other pool's, got {plain}, "
+                     f"the same directory as dynamicPools.a.hostDir ({plain}): each pool would count only its own "
+                     "images against one disk and take the other's for its own"], found
