@@ -50,18 +50,25 @@ class DynamicClass:
     mkfs_options: str = ""
 
 
+#: The most a pool may promise, in times its size. With overcommit N the pool is full once its
+#: thin images are on average 1/N written; at 100 that is 1% of what each claim was promised,
+#: and beyond it a promise is one the pool can almost never keep (1e300 was accepted: every
+#: claim fitted, and tenants met ENOSPC far below their sizes).
+MAX_OVERCOMMIT = 100.0
+
+
 def _parse_overcommit(value: Any, path: str, problems: _Problems) -> float | None:
+    expected = (f"expected a number from 1 to {MAX_OVERCOMMIT:g} (thin images may promise that many times the "
+                f"pool's size; beyond {MAX_OVERCOMMIT:g} the pool is full while its images are 1% written)")
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        problems.error(path, f"expected a number of at least 1 (thin images may promise that many times the "
-                             f"pool's size), got {_describe(value)}")
+        problems.error(path, f"{expected}, got {_describe(value)}")
         return None
     try:
         number = float(value)
     except ValueError:
         number = 0.0
-    if not number >= 1.0 or number == float("inf"):
-        problems.error(path, f"expected a number of at least 1 (thin images may promise that many times the "
-                             f"pool's size), got {_describe(value)}")
+    if not 1.0 <= number <= MAX_OVERCOMMIT:  # NaN compares false: refused too
+        problems.error(path, f"{expected}, got {_describe(value)}")
         return None
     return number
 
@@ -116,7 +123,8 @@ POOL_KEYS: dict[str, KeySpec] = {
                                  "Refuse to make or stage images unless a filesystem is mounted at hostDir "
                                  "(its disk). Default true.", upstream=False),
     "overcommit": KeySpec("overcommit", _parse_overcommit,
-                               "Thin images may promise this many times the pool's size. Default 1.",
+                               "Thin images may promise this many times the pool's size: 1 to 100 (at 100 the pool is "
+                               "full while its images are 1% written on average). Default 1.",
                                upstream=False),
     "reserved": KeySpec("reserved", _parse_bytes,
                              "Bytes of the pool never promised nor allocated. Default 0.", upstream=False),

@@ -37,7 +37,7 @@ def test_a_good_configuration_with_defaults() -> None:
     ({"dynamicPools": {"fast": {}}}, "dynamicPools.fast.hostDir: required, got nothing"),
     ({"dynamicPools": {"Fast": {"hostDir": "/mnt/f"}}}, "dynamicPools.Fast: expected a DNS-1123 label"),
     ({"dynamicPools": {"fast": {"hostDir": "/mnt/f", "overcommit": 0.5}}},
-     "dynamicPools.fast.overcommit: expected a number of at least 1"),
+     "dynamicPools.fast.overcommit: expected a number from 1 to 100"),
     ({"dynamicPools": {"fast": {"hostDir": "/mnt/f", "reserved": "lots"}}},
      'dynamicPools.fast.reserved: expected a quantity of bytes such as "1Gi"'),
     ({"dynamicPools": {"fast": {"hostDir": "/mnt/f"}}, "dynamicClassMap": {"d": {"pool": "slow"}}},
@@ -135,3 +135,19 @@ def test_any_spelling_of_one_directory_is_the_same_pool(parts: list[str], data: 
     assert found == [f"dynamicPools.b.hostDir: expected a directory apart from every other pool's, got {plain}, "
                      f"the same directory as dynamicPools.a.hostDir ({plain}): each pool would count only its own "
                      "images against one disk and take the other's for its own"], found
+
+
+# ---------------------------------------------------------------- overcommit is bounded (issue 23)
+
+@pytest.mark.parametrize("value", [100.5, 101, "1e300", 1e300, "inf", "nan", float("nan"), 0.99, "0"])
+def test_overcommit_beyond_its_bounds_is_one_line(value: object) -> None:
+    found = problems({"dynamicPools": {"fast": {"hostDir": "/mnt/f", "overcommit": value}}})
+    assert len(found) == 1 and found[0].startswith(
+        "dynamicPools.fast.overcommit: expected a number from 1 to 100 (thin images may promise that many times "
+        "the pool's size"), found
+
+
+@pytest.mark.parametrize(("value", "expected"), [(1, 1.0), ("1.5", 1.5), (100, 100.0), ("100", 100.0)])
+def test_overcommit_within_its_bounds(value: object, expected: float) -> None:
+    pools = parse_config({"dynamicPools": {"fast": {"hostDir": "/mnt/f", "overcommit": value}}}).config.dynamic_pools
+    assert pools["fast"].overcommit == expected

@@ -1,0 +1,59 @@
+"""The chart's dynamic pools and classes (issue 23): values that would make a bad volume fail
+`helm install` with a message naming the value, checked with real Helm against the API emulator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helm.chart import NAMESPACE, Install, load_values, run_helm
+
+DYNAMIC = load_values("dynamic-values.yaml")
+
+
+def _dynamic(**changes: Any) -> dict[str, Any]:
+    """The CI values of dynamic volumes with ``changes`` to their ``dynamic`` map."""
+    return {**DYNAMIC, "dynamic": {**DYNAMIC["dynamic"], **changes}}
+
+
+def _pool(**settings: Any) -> dict[str, Any]:
+    return {"name": "fast", "hostDir": "/mnt/pools/fast", **settings}
+
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "dynamic": DYNAMIC,
+    "overcommit-100": _dynamic(pools=[_pool(overcommit=100)]),
+    "overcommit-1000": _dynamic(pools=[_pool(overcommit=1000)]),
+}
+#: Each refused scenario and the words its message must hold.
+REFUSED: dict[str, list[str]] = {
+    "overcommit-1000": ["overcommit", "want 100"],
+}
+
+
+@pytest.fixture(scope="module")
+def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
+    done = {name: Install(values) for name, values in SCENARIOS.items()}
+    try:
+        run_helm(helm_python, list(done.values()), tmp_path_factory.mktemp("helm"))
+        yield done
+    finally:
+        for inst in done.values():
+            inst.server.stop()
+
+
+@pytest.mark.parametrize("name", sorted(set(SCENARIOS) - set(REFUSED)))
+def test_good_dynamic_values_install(installs: dict[str, Install], name: str) -> None:
+    assert installs[name].error is None, installs[name].error
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_bad_dynamic_values_fail_the_install_naming_the_value(installs: dict[str, Install], name: str) -> None:
+    inst = installs[name]
+    assert inst.error is not None, f"{name}: Helm accepted values it must refuse"
+    for word in REFUSED[name]:
+        assert word in inst.error, f"{name}: message does not name {word!r}: {inst.error}"
+    assert not inst.server.list("apps/v1", "DaemonSet", NAMESPACE), "a refused install created objects"
