@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from localpv.config.dynamic import PoolConfig
-from localpv.csi.images import FsType, ImageError, ImageStore, Provisioning, check_name, ext4_size
+from localpv.csi.images import (
+    FsType,
+    ImageError,
+    ImageStore,
+    Provisioning,
+    Usage,
+    check_name,
+    ext4_size,
+    mkfs_result_problem,
+)
 from localpv.csi.journal import ImageJournal, ImageJournalError, ImageRecord, ImageState
 from localpv.csi.pools import Pool, PoolState, Room
 from tests.csi.conftest import PoolEnv
@@ -37,6 +46,36 @@ def test_the_filesystem_uuid_is_the_one_chosen(pool_env: PoolEnv) -> None:
     chosen = images.create("pvc-a", 320 * MiB, fs=FsType.XFS, provisioning=Provisioning.THIN,
                            fs_uuid="0b1c2d3e-0000-4000-8000-000000000009")
     assert chosen == images.fs_uuid("pvc-a") == "0b1c2d3e-0000-4000-8000-000000000009"
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("fs", "options", "size"), [
+    (FsType.EXT4, "-n", 16 * MiB),                # mke2fs's dry run: exit 0, nothing written
+    (FsType.EXT4, "-V", 16 * MiB),                # prints its version, exit 0, nothing written
+    (FsType.EXT4, "-E offset=1048576", 16 * MiB),  # a filesystem, but 1 MiB into the image
+    (FsType.EXT4, "-O journal_dev", 16 * MiB),    # an external journal: a superblock, no filesystem
+    (FsType.XFS, "-N", 320 * MiB),                # mkfs.xfs's dry run
+    (FsType.XFS, "-V", 320 * MiB),
+])
+def test_mkfs_that_made_no_filesystem_fails_the_create(pool_env: PoolEnv, fs: FsType, options: str,
+                                                       size: int) -> None:
+    """mkfs exited 0, yet the image does not hold the filesystem its PV would name: the create
+    fails, and the image is truncated (nothing in it is anyone's data)."""
+    images = pool_env.pool.images
+    with pytest.raises(ImageError, match=rf"volume pvc-a: mkfs.{fs.value} exited 0 but the image holds no "
+                                         rf"{fs.value} filesystem \(mkfsOptions \"{options}\"\); image truncated"):
+        images.create("pvc-a", size, fs=fs, provisioning=Provisioning.THIN, mkfs_options=options,
+                      fs_uuid="0b1c2d3e-0000-4000-8000-00000000000a")
+    assert images.usage("pvc-a") == Usage(0, 0)
+
+
+def test_what_mkfs_left_is_judged_against_what_was_chosen() -> None:
+    chosen = "0b1c2d3e-0000-4000-8000-00000000000a"
+    assert mkfs_result_problem(FsType.EXT4, chosen, (FsType.EXT4, chosen)) is None
+    assert mkfs_result_problem(FsType.EXT4, chosen, None) == "holds no ext4 filesystem"
+    assert mkfs_result_problem(FsType.XFS, chosen, (FsType.EXT4, chosen)) == "holds ext4, not xfs"
+    assert mkfs_result_problem(FsType.EXT4, chosen, (FsType.EXT4, "0b1c2d3e-0000-4000-8000-00000000000b")) == (
+        f"holds filesystem UUID 0b1c2d3e-0000-4000-8000-00000000000b, not the {chosen} chosen for it")
 
 
 @pytest.mark.root
