@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from localpv.config import mkfs
 from localpv.config.paths import _parse_abs_path, within
 from localpv.config.values import KeySpec, _as_bool, _as_str, _check_keys, _describe, _Parser, _Problems
 from localpv.naming import DNS1123_LABEL_RE, DNS1123_SUBDOMAIN_RE, parse_quantity
@@ -97,20 +98,9 @@ def _choice(choices: tuple[str, ...]) -> _Parser:
 
 
 def _parse_mkfs_options(value: Any, path: str, problems: _Problems) -> str | None:
-    import shlex
-
-    text = _as_str(value, path, problems, allow_empty=True)
-    if text is None:
-        return None
-    try:
-        words = shlex.split(text)
-    except ValueError as err:
-        problems.error(path, f"expected mkfs options with their quotes closed, got {_describe(value)} ({err})")
-        return None
-    if any(not w.startswith("-") and not prev.startswith("-") for prev, w in zip(["", *words], words, strict=False)):
-        problems.error(path, f"expected options only (the image is the device), got {_describe(value)}")
-        return None
-    return text
+    """The text of mkfsOptions; what its options mean depends on the class's fsType, so they are
+    read once the class is whole (:func:`parse_classes`, :mod:`localpv.config.mkfs`)."""
+    return _as_str(value, path, problems, allow_empty=True)
 
 
 POOL_KEYS: dict[str, KeySpec] = {
@@ -136,7 +126,11 @@ CLASS_KEYS: dict[str, KeySpec] = {
     "fsType": KeySpec("fs_type", _choice(FS_TYPES), "`ext4` (default) or `xfs`.", upstream=False),
     "provisioning": KeySpec("provisioning", _choice(PROVISIONING),
                                  "`thin` (sparse image, default) or `thick` (allocated up front).", upstream=False),
-    "mkfsOptions": KeySpec("mkfs_options", _parse_mkfs_options, "Extra options for mkfs.", upstream=False),
+    "mkfsOptions": KeySpec("mkfs_options", _parse_mkfs_options,
+                                "Extra options for mkfs.ext4 or mkfs.xfs (per fsType). Refused: what makes no "
+                                "filesystem (dry runs), sets what localpv chooses (UUID, label, -F), reads the "
+                                "agent's files or a node's device into volumes (see localpv.config.mkfs).",
+                                upstream=False),
 }
 
 
@@ -197,7 +191,9 @@ def parse_classes(value: Any, path: str, problems: _Problems) -> dict[str, Dynam
     for name, entry in _entries(value, path, problems, "StorageClass", "subdomain").items():
         values = _settings(entry, CLASS_KEYS, "pool", f"{path}.{name}", problems)
         if values is not None:
-            classes[name] = DynamicClass(name=name, **values)
+            cls = classes[name] = DynamicClass(name=name, **values)
+            if problem := mkfs.options_problem(cls.fs_type, cls.provisioning, cls.mkfs_options):
+                problems.error(f"{path}.{name}.mkfsOptions", problem)
     return classes if len(problems.errors) == before else None
 
 

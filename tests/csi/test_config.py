@@ -151,3 +151,34 @@ def test_overcommit_beyond_its_bounds_is_one_line(value: object) -> None:
 def test_overcommit_within_its_bounds(value: object, expected: float) -> None:
     pools = parse_config({"dynamicPools": {"fast": {"hostDir": "/mnt/f", "overcommit": value}}}).config.dynamic_pools
     assert pools["fast"].overcommit == expected
+
+
+# ---------------------------------------------------------------- mkfs options per fsType (issue 23)
+
+@pytest.mark.parametrize(("cls", "expected"), [
+    ({"mkfsOptions": "-n"}, 'dynamicClassMap.d.mkfsOptions: expected no -n (a dry run: mke2fs writes nothing'),
+    ({"mkfsOptions": "-N 16"}, "dynamicClassMap.d.mkfsOptions: expected -N of at least 1024 inodes"),
+    ({"fsType": "xfs", "mkfsOptions": "-N"}, "dynamicClassMap.d.mkfsOptions: expected no -N (a dry run: mkfs.xfs"),
+    ({"fsType": "xfs", "mkfsOptions": "-m 0"},
+     "dynamicClassMap.d.mkfsOptions: expected -m with mkfs.xfs sub-options (key=value,...), got -m 0"),
+    ({"mkfsOptions": "-U 0b1c2d3e-0000-4000-8000-000000000001"},
+     "dynamicClassMap.d.mkfsOptions: expected no -U (the filesystem UUID is localpv's"),
+    ({"fsType": "xfs", "mkfsOptions": "-m uuid=0b1c2d3e-0000-4000-8000-000000000001"},
+     "dynamicClassMap.d.mkfsOptions: expected no -m uuid= (the filesystem UUID is localpv's"),
+    ({"provisioning": "thick", "mkfsOptions": "-E discard"},
+     "dynamicClassMap.d.mkfsOptions: expected no -E discard in a thick class"),
+    ({"mkfsOptions": "-d /var/run/secrets/kubernetes.io/serviceaccount"},
+     "dynamicClassMap.d.mkfsOptions: expected no -d (mke2fs would copy that directory"),
+])
+def test_mkfs_options_that_make_a_bad_volume_are_one_line(cls: dict[str, Any], expected: str) -> None:
+    found = problems({"dynamicPools": {"fast": {"hostDir": "/mnt/f"}},
+                      "dynamicClassMap": {"d": {"pool": "fast", **cls}}})
+    assert len(found) == 1 and found[0].startswith(expected), found
+
+
+def test_the_same_mkfs_options_may_suit_one_filesystem_and_not_the_other() -> None:
+    data = {"dynamicPools": {"fast": {"hostDir": "/mnt/f"}},
+            "dynamicClassMap": {"e": {"pool": "fast", "mkfsOptions": "-n"},
+                                "x": {"pool": "fast", "fsType": "xfs", "mkfsOptions": "-n size=8192"}}}
+    assert problems(data) == ['dynamicClassMap.e.mkfsOptions: expected no -n (a dry run: mke2fs writes nothing, and '
+                              'each claim would get an image without a filesystem), got "-n"']
