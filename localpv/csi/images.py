@@ -26,7 +26,6 @@ import errno
 import logging
 import os
 import re
-import shlex
 import shutil
 import stat
 import subprocess
@@ -36,6 +35,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from enum import Enum
 
+from localpv.config.mkfs import MkfsOptionsError, split_options
 from localpv.csi import loop
 from localpv.host.mounts import opened_at_filesystem_root
 from localpv.naming import quote_text
@@ -88,11 +88,23 @@ class Usage:
 
 
 def _mkfs_argv(fs: FsType, fs_uuid: str, thick: bool, options: str, target: str) -> list[str]:
-    extra = shlex.split(options)
+    """mkfs's command line: the class's options (read as the tool reads them), then localpv's own.
+
+    mke2fs keeps only the last ``-E`` it is given, so every extended option (the class's, and
+    ``nodiscard`` for a thick image: mke2fs "discards" a regular file by punching holes, which
+    would make it sparse again) goes into one ``-E``.
+    """
+    try:
+        words = split_options(fs.value, options)
+    except MkfsOptionsError as err:
+        raise ImageError(f"mkfsOptions {quote_text(options)}: {err}") from err
+    extended = [arg for letter, arg in words if letter == "E" and arg]
+    extra = [part for letter, arg in words if letter != "E" or fs is not FsType.EXT4
+             for part in (f"-{letter}", *([arg] if arg is not None else []))]
     if fs is FsType.EXT4:
-        # nodiscard: mke2fs "discards" a regular file by punching holes, which would make a
-        # thick image sparse again.
-        return ["mkfs.ext4", "-q", "-F", *extra, "-U", fs_uuid, *(["-E", "nodiscard"] if thick else []), target]
+        extended += ["nodiscard"] if thick else []
+        return ["mkfs.ext4", "-q", "-F", *extra, "-U", fs_uuid, *(["-E", ",".join(extended)] if extended else []),
+                target]
     return ["mkfs.xfs", "-q", "-f", *extra, "-m", f"uuid={fs_uuid}", *(["-K"] if thick else []), target]
 
 

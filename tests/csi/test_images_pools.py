@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from localpv.csi.images import (
 from localpv.csi.journal import ImageJournal, ImageJournalError, ImageRecord, ImageState
 from localpv.csi.pools import Pool, PoolState, Room
 from tests.csi.conftest import PoolEnv
-from tests.support.hostfs import MiB, Mounter
+from tests.support.hostfs import MiB, Mounter, sh
 
 
 @pytest.mark.root
@@ -67,6 +68,23 @@ def test_mkfs_that_made_no_filesystem_fails_the_create(pool_env: PoolEnv, fs: Fs
         images.create("pvc-a", size, fs=fs, provisioning=Provisioning.THIN, mkfs_options=options,
                       fs_uuid="0b1c2d3e-0000-4000-8000-00000000000a")
     assert images.usage("pvc-a") == Usage(0, 0)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("provisioning", "options"), [
+    (Provisioning.THICK, "-E root_owner=1000:1000"),
+    (Provisioning.THIN, "-E root_owner=1000:1000 -E lazy_itable_init=1"),
+])
+def test_every_extended_option_of_a_class_reaches_mke2fs(pool_env: PoolEnv, provisioning: Provisioning,
+                                                         options: str) -> None:
+    """mke2fs keeps only the last -E it is given: a thick class's options were replaced by the
+    nodiscard localpv adds, and a class's own second -E replaced its first."""
+    images = pool_env.pool.images
+    images.create("pvc-a", 16 * MiB, fs=FsType.EXT4, provisioning=provisioning, mkfs_options=options)
+    root = sh("debugfs", "-R", "stat /", images.image_path("pvc-a"))
+    assert re.search(r"User:\s+1000\s+Group:\s+1000", root), root
+    if provisioning is Provisioning.THICK:
+        assert images.usage("pvc-a").allocated >= 16 * MiB, "nodiscard is still given: no hole punched"
 
 
 def test_what_mkfs_left_is_judged_against_what_was_chosen() -> None:
