@@ -148,13 +148,25 @@ def mkfs_result_problem(fs: FsType, fs_uuid: str, found: tuple[FsType, str] | No
     return None
 
 
+def _mkfs_said(output: str) -> str:
+    """What mkfs said about a failure, in one line: its lines before the usage text mkfs.xfs
+    appends (the reason comes first), at most 300 characters."""
+    lines = []
+    for line in output.splitlines():
+        if line.startswith("Usage:"):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return "; ".join(lines)[:300] or "(nothing)"
+
+
 def make_filesystem(fd: int, fs: FsType, fs_uuid: str, *, thick: bool, options: str) -> None:
     """Format the open image ``fd`` with ``fs`` and ``fs_uuid``, and check that the image then
     holds exactly that filesystem; ImageError (saying what mkfs did) otherwise."""
     argv = _mkfs_argv(fs, fs_uuid, thick, options, f"/proc/self/fd/{fd}")
     proc = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=(fd,))
     if proc.returncode != 0:
-        raise ImageError(f"{argv[0]} failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()[-300:]}")
+        raise ImageError(f"{argv[0]} failed ({proc.returncode}): {_mkfs_said(proc.stderr or proc.stdout)}")
     if problem := mkfs_result_problem(fs, fs_uuid, read_filesystem(fd)):
         raise ImageError(f"{argv[0]} exited 0 but the image {problem} (mkfsOptions {quote_text(options)})")
 
