@@ -22,7 +22,7 @@ from localpv.csi.images import (
 from localpv.csi.journal import ImageJournal, ImageJournalError, ImageRecord, ImageState
 from localpv.csi.pools import Pool, PoolState, Room
 from tests.csi.conftest import PoolEnv
-from tests.support.hostfs import MiB, Mounter, sh
+from tests.support.hostfs import LoopDevices, MiB, Mounter, sh
 
 
 @pytest.mark.root
@@ -162,10 +162,27 @@ def test_a_mounted_pool_is_ready(pool_env: PoolEnv) -> None:
 
 
 @pytest.mark.root
-def test_an_image_is_never_made_in_the_directory_a_pool_disk_left(tmp_path: Path, mounter: Mounter) -> None:
+@pytest.mark.parametrize("fs_type", ["tmpfs", "ramfs"])
+@pytest.mark.parametrize("require_mount", [True, False])
+def test_a_pool_in_memory_is_refused(tmp_path: Path, mounter: Mounter, fs_type: str, require_mount: bool) -> None:
+    """A pool on tmpfs or ramfs would lose every image at the next reboot, its tenants' data with
+    it: no image is made or staged there, whether the memory filesystem is mounted at the pool
+    (requireMount) or the pool is a directory inside one."""
+    memory = mounter.device("localpv-test", tmp_path / "memory", "-t", fs_type)
+    root = memory / "pool" if not require_mount else memory
+    root.mkdir(exist_ok=True)
+    pool = Pool(PoolConfig(name="fast", host_dir="/mnt/fast", mount_dir=str(root), require_mount=require_mount))
+    assert pool.state() == (PoolState.VOLATILE, (
+        f"pool fast: /mnt/fast is on {fs_type}, which is memory: its images and their data would vanish at the next "
+        "reboot; give the pool a directory on a disk's filesystem"))
+
+
+@pytest.mark.root
+def test_an_image_is_never_made_in_the_directory_a_pool_disk_left(tmp_path: Path, loops: LoopDevices,
+                                                                  mounter: Mounter) -> None:
     """The pool's state is looked at, then the image made: a disk unmounted in between must
     not turn into an image on the node's root filesystem (what the directory is on then)."""
-    root = mounter.tmpfs(tmp_path / "pool", size=64 * MiB)
+    root = mounter.device(loops.attach(64 * MiB, ext4=True).path, tmp_path / "pool")
     pool = Pool(PoolConfig(name="fast", host_dir=str(root), mount_dir=str(root)))
     assert pool.state() == (PoolState.READY, "")
     mounter.umount(root)
