@@ -27,10 +27,28 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "dynamic": DYNAMIC,
     "overcommit-100": _dynamic(pools=[_pool(overcommit=100)]),
     "overcommit-1000": _dynamic(pools=[_pool(overcommit=1000)]),
+    "thin-discard": _dynamic(classes=[{"name": "d", "pool": "fast", "mountOptions": ["noatime", "discard"]}]),
+    "thick-discard": _dynamic(classes=[{"name": "d", "pool": "fast", "provisioning": "thick",
+                                        "mountOptions": ["noatime", "discard"]}]),
+    "two-pools-one-dir": _dynamic(pools=[_pool(), _pool(name="slow", hostDir="/mnt/pools//fast/")]),
+    "nested-pools": _dynamic(pools=[_pool(), _pool(name="inner", hostDir="/mnt/pools/fast/inner")]),
+    "two-pools-one-mount-dir": _dynamic(pools=[_pool(), _pool(name="slow", hostDir="/mnt/slow",
+                                                             mountDir="/mnt/pools/fast")]),
+    "pools-side-by-side": _dynamic(pools=[_pool(), _pool(name="fast2", hostDir="/mnt/pools/fast2")]),
+    "unknown-pool": _dynamic(classes=[{"name": "d", "pool": "slow"}]),
 }
 #: Each refused scenario and the words its message must hold.
 REFUSED: dict[str, list[str]] = {
     "overcommit-1000": ["overcommit", "want 100"],
+    "thick-discard": ['dynamic.classes[0].mountOptions: expected no "discard" in a thick class (d)',
+                      "punch holes", "found noatime, discard"],
+    "two-pools-one-dir": ["dynamic.pools[1].hostDir: expected a directory apart from every other pool's, found "
+                          "/mnt/pools/fast, the same directory as dynamic.pools[0].hostDir"],
+    "nested-pools": ["dynamic.pools[1].hostDir: expected a directory apart from every other pool's, found "
+                     "/mnt/pools/fast/inner, inside dynamic.pools[0].hostDir (/mnt/pools/fast)"],
+    "two-pools-one-mount-dir": ["dynamic.pools[1].mountDir: expected a directory apart from every other pool's, "
+                                "found /mnt/pools/fast, the same directory as dynamic.pools[0].mountDir"],
+    "unknown-pool": ['dynamic.classes[0].pool: expected a pool of dynamic.pools (fast), found "slow"'],
 }
 
 
