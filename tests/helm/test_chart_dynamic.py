@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
-from tests.helm.chart import NAMESPACE, Install, load_values, run_helm
+from localpv.cli import cli
+from tests.helm.chart import NAMESPACE, Install, installed, load_values, run_helm
 
 DYNAMIC = load_values("dynamic-values.yaml")
 
@@ -75,3 +77,15 @@ def test_bad_dynamic_values_fail_the_install_naming_the_value(installs: dict[str
     for word in REFUSED[name]:
         assert word in inst.error, f"{name}: message does not name {word!r}: {inst.error}"
     assert not inst.server.list("apps/v1", "DaemonSet", NAMESPACE), "a refused install created objects"
+
+
+def test_config_check_tries_the_charts_mkfs_options_and_accepts_them(installs: dict[str, Install],
+                                                                    tmp_path: Path) -> None:
+    """The ConfigMap the chart writes, as the kubelet mounts it, passes `localpv config check`,
+    whose mkfs trial runs each class's mkfsOptions with the real mkfs."""
+    data = installed(installs, "dynamic").one("v1", "ConfigMap")["data"]
+    for key, value in data.items():
+        (tmp_path / key).write_text(value)
+    result = CliRunner().invoke(cli, ["config", "check", str(tmp_path)])
+    assert (result.exit_code, result.stderr) == (0, ""), result.output
+    assert "-m reflink=0" in result.stdout
