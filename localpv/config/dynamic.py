@@ -85,6 +85,11 @@ def _parse_bytes(value: Any, path: str, problems: _Problems) -> int | None:
     if number < 0:
         problems.error(path, f'expected a quantity of bytes such as "1Gi" or "500M", got {_describe(value)}')
         return None
+    if text.strip().endswith("m"):
+        # Kubernetes reads "100m" as 0.1 (milli); meant as mebibytes, it reserved 1 byte.
+        problems.error(path, 'expected a quantity of bytes such as "1Gi" or "500M" ("m" is milli, a thousandth of a '
+                             f'byte; mebibytes are "Mi"), got {_describe(value)}')
+        return None
     return number
 
 

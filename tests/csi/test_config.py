@@ -182,3 +182,11 @@ def test_the_same_mkfs_options_may_suit_one_filesystem_and_not_the_other() -> No
                                 "x": {"pool": "fast", "fsType": "xfs", "mkfsOptions": "-n size=8192"}}}
     assert problems(data) == ['dynamicClassMap.e.mkfsOptions: expected no -n (a dry run: mke2fs writes nothing, and '
                               'each claim would get an image without a filesystem), got "-n"']
+
+
+@pytest.mark.parametrize("value", ["100m", "1m", "512m"])
+def test_a_reserve_in_milli_bytes_is_refused_pointing_at_mi(value: str) -> None:
+    """"m" is milli in a Kubernetes quantity: reserved: 100m (meant as 100 MiB) reserved 1 byte."""
+    assert problems({"dynamicPools": {"fast": {"hostDir": "/mnt/f", "reserved": value}}}) == [
+        f'dynamicPools.fast.reserved: expected a quantity of bytes such as "1Gi" or "500M" ("m" is milli, a '
+        f'thousandth of a byte; mebibytes are "Mi"), got "{value}"']
