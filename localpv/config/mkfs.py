@@ -55,9 +55,13 @@ class Tool:
     flags: str
     with_argument: str
     refused: dict[str, str]
-    #: letters whose argument is a number (mke2fs), or a list of sub-options (mkfs.xfs)
+    #: letters whose argument is a number
     numeric: str = ""
+    #: letters whose argument is a comma-separated list of sub-options (or features)
     suboptions: str = ""
+    #: whether each sub-option must look like ``key`` or ``key=value`` (mkfs.xfs's are; mke2fs's
+    #: features are spelled ``^name`` too)
+    keyed_suboptions: bool = False
     #: sub-options (or features) refused, per letter: {letter: {name: reason}}
     refused_suboptions: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -71,6 +75,7 @@ MKE2FS = Tool(
     flags="cjnqvDFKSV",
     with_argument="bdegilmorstCEGIJLMNORTUz",
     numeric="bgimCGIN",
+    suboptions="EJO",
     refused={
         "n": "a dry run: mke2fs writes nothing, and each claim would get an image without a filesystem",
         "V": "mke2fs prints its version and makes no filesystem",
@@ -101,6 +106,7 @@ MKFS_XFS = Tool(
     flags="KNqfV",
     with_argument="bcdilLmnprs",
     suboptions="bdilmnrs",
+    keyed_suboptions=True,
     refused={
         "N": "a dry run: mkfs.xfs prints the geometry and writes nothing, and each claim would get an image "
              "without a filesystem",
@@ -185,14 +191,13 @@ def _word_problem(tool: Tool, provisioning: str, letter: str, argument: str | No
         return None
     if letter in tool.numeric and not _NUMBER.fullmatch(argument):
         return f"-{letter} with a number, got -{letter} {argument}"
-    if letter in tool.suboptions and not all(_SUBOPTION.fullmatch(item) for item in argument.split(",")):
-        return f"-{letter} with {tool.name} sub-options (key=value,...), got -{letter} {argument}"
     if letter == "N" and tool is MKE2FS and float(argument) < MIN_INODES:
         return (f"-N of at least {MIN_INODES} inodes (what mke2fs gives the smallest image, 4 MiB; -i scales with "
                 f"the claim's size instead)")
-    separator = "," if letter in ("E", "O", "J") or letter in tool.suboptions else None
-    if separator is None:
+    if letter not in tool.suboptions:
         return None
+    if tool.keyed_suboptions and not all(_SUBOPTION.fullmatch(item) for item in argument.split(",")):
+        return f"-{letter} with {tool.name} sub-options (key=value,...), got -{letter} {argument}"
     for name, value in _suboptions(argument):
         if letter == "E" and name == "discard" and provisioning == "thick":
             return ("no -E discard in a thick class (discarding punches holes into the image and makes it sparse "
@@ -200,7 +205,7 @@ def _word_problem(tool: Tool, provisioning: str, letter: str, argument: str | No
         reason = tool.refused_suboptions.get(letter, {}).get(name)
         if reason is not None:
             spelled = f"-{letter} {name}=" if value is not None else f"-{letter} {name}"
-            return f"no {spelled} ({reason.format(value=value)})"
+            return f"no {spelled} ({reason.format(value=value if value is not None else 'some')})"
     return None
 
 
