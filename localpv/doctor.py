@@ -54,12 +54,24 @@ class ClassFacts:
 
 
 @dataclass(frozen=True)
+class PoolFacts:
+    """A dynamic pool as the agent sees it before making or staging an image there."""
+
+    name: str
+    host_dir: str
+    #: a :class:`localpv.csi.pools.PoolState` value
+    state: str
+    why: str
+
+
+@dataclass(frozen=True)
 class HostFacts:
     classes: tuple[ClassFacts, ...]
     #: running in a pod: mounts made on the host reach mountDir only through propagation
     in_pod: bool
     #: filesystem type of the mount at /dev ("devtmpfs" when it is the host's)
     dev_fs_type: str | None
+    pools: tuple[PoolFacts, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -272,6 +284,20 @@ def check_dev(host: HostFacts) -> list[Finding]:
                     "mount the host's /dev at /dev (chart: mountDevVolume: true)")]
 
 
+_POOL_FIXES = {
+    "missing": "create {dir} on the pool's disk and mount that disk there",
+    "not-mounted": "mount the pool's disk at {dir} (or set requireMount: false for a plain directory)",
+    "volatile": "give the pool a hostDir on a disk's filesystem, then move its images there",
+}
+
+
+def check_pools(pools: Iterable[PoolFacts]) -> list[Finding]:
+    """A pool the agent would refuse (missing, not mounted, in memory) makes no dynamic volume."""
+    return [Finding(OK, f"pool {p.name}", f"{p.host_dir} is ready for images") if p.state == "ready" else
+            Finding(ERROR, f"pool {p.name}", p.why, _POOL_FIXES.get(p.state, "").format(dir=p.host_dir))
+            for p in pools]
+
+
 def check_node(cluster: ClusterFacts) -> list[Finding]:
     subject = f"node {cluster.node_name}"
     if cluster.node is None:
@@ -331,12 +357,13 @@ def diagnose(config: ProvisionerConfig, host: HostFacts, cluster: ClusterFacts |
              agent: AgentFacts | None = None) -> list[Finding]:
     """Every finding, host first, then the running agent's, then the cluster's (None: not asked)."""
     findings: list[Finding] = []
-    if not config.classes:
+    if not config.classes and not config.dynamic_classes:
         findings.append(Finding(ERROR, "config", "no storage classes configured: nothing is discovered",
                                 "add classes to storageClassMap (chart: classes[])"))
     for facts in host.classes:
         findings += check_directory(facts) + check_propagation(facts, host.in_pod)
     findings += check_dev(host)
+    findings += check_pools(host.pools)
     findings += check_agent(agent)
     if cluster is None:
         return findings
@@ -364,7 +391,18 @@ def gather_host(config: ProvisionerConfig, *, in_pod: bool, mountinfo: str = "/p
         links = {e.name: target for e in entries if (target := _symlink_target(e.path)) is not None}
         classes.append(ClassFacts(cls, error, entries, containing_mount(mounts, cls.mount_dir), links))
     dev = next((m for m in reversed(mounts) if m.mount_point == "/dev"), None)
-    return HostFacts(tuple(classes), in_pod, dev.fs_type if dev else None)
+    return HostFacts(tuple(classes), in_pod, dev.fs_type if dev else None, gather_pools(config))
+
+
+def gather_pools(config: ProvisionerConfig) -> tuple[PoolFacts, ...]:
+    """Each pool's state, asked exactly as the agent asks it before an image is made."""
+    from localpv.csi.pools import Pool
+
+    facts = []
+    for pool_config in config.dynamic_pools.values():
+        state, why = Pool(pool_config).state()
+        facts.append(PoolFacts(pool_config.name, pool_config.host_dir, state.value, why))
+    return tuple(facts)
 
 
 def gather_cluster(api: Any, config: ProvisionerConfig, node_name: str, namespace: str) -> ClusterFacts:

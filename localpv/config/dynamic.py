@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from localpv.config.paths import _parse_abs_path
+from localpv.config import mkfs
+from localpv.config.paths import _parse_abs_path, within
 from localpv.config.values import KeySpec, _as_bool, _as_str, _check_keys, _describe, _Parser, _Problems
 from localpv.naming import DNS1123_LABEL_RE, DNS1123_SUBDOMAIN_RE, parse_quantity
 
@@ -50,18 +51,25 @@ class DynamicClass:
     mkfs_options: str = ""
 
 
+#: The most a pool may promise, in times its size. With overcommit N the pool is full once its
+#: thin images are on average 1/N written; at 100 that is 1% of what each claim was promised,
+#: and beyond it a promise is one the pool can almost never keep (1e300 was accepted: every
+#: claim fitted, and tenants met ENOSPC far below their sizes).
+MAX_OVERCOMMIT = 100.0
+
+
 def _parse_overcommit(value: Any, path: str, problems: _Problems) -> float | None:
+    expected = (f"expected a number from 1 to {MAX_OVERCOMMIT:g} (thin images may promise that many times the "
+                f"pool's size; beyond {MAX_OVERCOMMIT:g} the pool is full while its images are 1% written)")
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        problems.error(path, f"expected a number of at least 1 (thin images may promise that many times the "
-                             f"pool's size), got {_describe(value)}")
+        problems.error(path, f"{expected}, got {_describe(value)}")
         return None
     try:
         number = float(value)
     except ValueError:
         number = 0.0
-    if not number >= 1.0 or number == float("inf"):
-        problems.error(path, f"expected a number of at least 1 (thin images may promise that many times the "
-                             f"pool's size), got {_describe(value)}")
+    if not 1.0 <= number <= MAX_OVERCOMMIT:  # NaN compares false: refused too
+        problems.error(path, f"{expected}, got {_describe(value)}")
         return None
     return number
 
@@ -77,6 +85,11 @@ def _parse_bytes(value: Any, path: str, problems: _Problems) -> int | None:
     if number < 0:
         problems.error(path, f'expected a quantity of bytes such as "1Gi" or "500M", got {_describe(value)}')
         return None
+    if text.strip().endswith("m"):
+        # Kubernetes reads "100m" as 0.1 (milli); meant as mebibytes, it reserved 1 byte.
+        problems.error(path, 'expected a quantity of bytes such as "1Gi" or "500M" ("m" is milli, a thousandth of a '
+                             f'byte; mebibytes are "Mi"), got {_describe(value)}')
+        return None
     return number
 
 
@@ -90,20 +103,9 @@ def _choice(choices: tuple[str, ...]) -> _Parser:
 
 
 def _parse_mkfs_options(value: Any, path: str, problems: _Problems) -> str | None:
-    import shlex
-
-    text = _as_str(value, path, problems, allow_empty=True)
-    if text is None:
-        return None
-    try:
-        words = shlex.split(text)
-    except ValueError as err:
-        problems.error(path, f"expected mkfs options with their quotes closed, got {_describe(value)} ({err})")
-        return None
-    if any(not w.startswith("-") and not prev.startswith("-") for prev, w in zip(["", *words], words, strict=False)):
-        problems.error(path, f"expected options only (the image is the device), got {_describe(value)}")
-        return None
-    return text
+    """The text of mkfsOptions; what its options mean depends on the class's fsType, so they are
+    read once the class is whole (:func:`parse_classes`, :mod:`localpv.config.mkfs`)."""
+    return _as_str(value, path, problems, allow_empty=True)
 
 
 POOL_KEYS: dict[str, KeySpec] = {
@@ -116,7 +118,8 @@ POOL_KEYS: dict[str, KeySpec] = {
                                  "Refuse to make or stage images unless a filesystem is mounted at hostDir "
                                  "(its disk). Default true.", upstream=False),
     "overcommit": KeySpec("overcommit", _parse_overcommit,
-                               "Thin images may promise this many times the pool's size. Default 1.",
+                               "Thin images may promise this many times the pool's size: 1 to 100 (at 100 the pool is "
+                               "full while its images are 1% written on average). Default 1.",
                                upstream=False),
     "reserved": KeySpec("reserved", _parse_bytes,
                              "Bytes of the pool never promised nor allocated. Default 0.", upstream=False),
@@ -128,7 +131,11 @@ CLASS_KEYS: dict[str, KeySpec] = {
     "fsType": KeySpec("fs_type", _choice(FS_TYPES), "`ext4` (default) or `xfs`.", upstream=False),
     "provisioning": KeySpec("provisioning", _choice(PROVISIONING),
                                  "`thin` (sparse image, default) or `thick` (allocated up front).", upstream=False),
-    "mkfsOptions": KeySpec("mkfs_options", _parse_mkfs_options, "Extra options for mkfs.", upstream=False),
+    "mkfsOptions": KeySpec("mkfs_options", _parse_mkfs_options,
+                                "Extra options for mkfs.ext4 or mkfs.xfs (per fsType). Refused: what makes no "
+                                "filesystem (dry runs), sets what localpv chooses (UUID, label, -F), reads the "
+                                "agent's files or a node's device into volumes (see localpv.config.mkfs).",
+                                upstream=False),
 }
 
 
@@ -189,7 +196,9 @@ def parse_classes(value: Any, path: str, problems: _Problems) -> dict[str, Dynam
     for name, entry in _entries(value, path, problems, "StorageClass", "subdomain").items():
         values = _settings(entry, CLASS_KEYS, "pool", f"{path}.{name}", problems)
         if values is not None:
-            classes[name] = DynamicClass(name=name, **values)
+            cls = classes[name] = DynamicClass(name=name, **values)
+            if problem := mkfs.options_problem(cls.fs_type, cls.provisioning, cls.mkfs_options):
+                problems.error(f"{path}.{name}.mkfsOptions", problem)
     return classes if len(problems.errors) == before else None
 
 
@@ -202,8 +211,32 @@ def parse_driver_name(value: Any, path: str, problems: _Problems) -> str | None:
     return None
 
 
+def overlap(path: str, other: str) -> str | None:
+    """How the normalised directory ``path`` lies against ``other``: "the same directory as",
+    "inside", "containing", or None when they are apart (neither holds the other)."""
+    if path == other:
+        return "the same directory as"
+    if within(path, other):
+        return "inside"
+    if within(other, path):
+        return "containing"
+    return None
+
+
+def _first_overlap(mine: Mapping[str, str], theirs: Mapping[str, str]) -> tuple[str, str] | None:
+    """The first key (hostDir, then mountDir) whose directories overlap, with how; None if none does.
+
+    Both sides matter: on the node two hostDirs on one directory are one directory; in the
+    agent's container a mountDir inside another's is a mount point inside it."""
+    for key in ("hostDir", "mountDir"):
+        if (how := overlap(mine[key], theirs[key])) is not None:
+            return key, how
+    return None
+
+
 def check(values: Mapping[str, Any], problems: _Problems) -> None:
-    """Rules across keys: a class names a pool that exists; a pool is no static class's directory."""
+    """Rules across keys: a class names a pool that exists; a pool is apart from every other
+    pool and from every static class's directory."""
     pools: Mapping[str, PoolConfig] = values.get("dynamic_pools") or {}
     for name, cls in (values.get("dynamic_classes") or {}).items():
         if cls.pool not in pools:
@@ -213,14 +246,27 @@ def check(values: Mapping[str, Any], problems: _Problems) -> None:
         if name in (values.get("classes") or {}):
             problems.error(f"dynamicClassMap.{name}", "expected a StorageClass that storageClassMap does not also "
                                                       "name (a class is static or dynamic), got both")
-    static_dirs = {c.host_dir: n for n, c in (values.get("classes") or {}).items()}
-    for name, pool in pools.items():
-        for other_dir, cls in static_dirs.items():
-            if pool.host_dir == other_dir or pool.host_dir.startswith(other_dir + "/") \
-                    or other_dir.startswith(pool.host_dir + "/"):
-                problems.error(f"dynamicPools.{name}.hostDir",
-                               f"expected a directory apart from every static class's hostDir, got {pool.host_dir}, "
-                               f"which overlaps class {cls}'s {other_dir} (its images would be offered as volumes)")
+    dirs = {name: {"hostDir": p.host_dir, "mountDir": p.mount_dir} for name, p in pools.items()}
+    static = {name: {"hostDir": c.host_dir, "mountDir": c.mount_dir}
+              for name, c in (values.get("classes") or {}).items()}
+    seen: list[str] = []
+    for name, mine in dirs.items():
+        for other in seen:
+            if clash := _first_overlap(mine, dirs[other]):
+                key, how = clash
+                problems.error(f"dynamicPools.{name}.{key}",
+                               f"expected a directory apart from every other pool's, got {mine[key]}, {how} "
+                               f"dynamicPools.{other}.{key} ({dirs[other][key]}): each pool would count only its "
+                               "own images against one disk and take the other's for its own")
+                break
+        seen.append(name)
+        for cls, theirs in static.items():
+            if clash := _first_overlap(mine, theirs):
+                key, how = clash
+                problems.error(f"dynamicPools.{name}.{key}",
+                               f"expected a directory apart from every static class's, got {mine[key]}, {how} "
+                               f"storageClassMap.{cls}.{key} ({theirs[key]}) (its images would be offered as "
+                               "volumes)")
 
 
 def pools_to_data(pools: Mapping[str, PoolConfig]) -> dict[str, Any]:

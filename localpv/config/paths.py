@@ -37,6 +37,12 @@ def normalise_dir(path: str) -> str:
     return "/" + posixpath.normpath(path).lstrip("/")
 
 
+def within(path: str, tree: str) -> bool:
+    """Whether the normalised ``path`` is ``tree`` or inside it, by whole components
+    (``/mnt/fast2`` is not inside ``/mnt/fast``)."""
+    return path == tree or path.startswith(tree.rstrip("/") + "/")
+
+
 def system_directory_refusal(path: str) -> str | None:
     """What is expected instead, when the normalised absolute ``path`` is the root or a system
     directory (see :data:`SYSTEM_TREES`, :data:`SYSTEM_DIRS`); None when it may be discovered.
@@ -46,7 +52,7 @@ def system_directory_refusal(path: str) -> str | None:
     if path == "/":
         return 'a dedicated discovery directory, not "/"'
     for tree in SYSTEM_TREES:
-        if path == tree or path.startswith(tree + "/"):
+        if within(path, tree):
             return f"a directory outside {tree} (a system directory)"
     if path in SYSTEM_DIRS:
         return f"a dedicated directory inside {path}, not {path} itself (its entries belong to the system)"

@@ -14,7 +14,10 @@ checked open file (``/proc/self/fd/N``), not a path looked up again.
 **The filesystem is the image's identity.** ``mkfs`` is given a UUID chosen here; it is
 recorded in the PV (``fsUUID``) and checked before every stage: a file replaced behind
 the agent's back is refused, never mounted as the tenant's volume. The UUID is read from the
-superblock directly (ext4 at 1024 + 0x68, XFS at 32), without blkid.
+superblock directly (ext4 at 1024 + 0x68, XFS at 32), without blkid. It is read back right
+after ``mkfs`` too: an exit status of 0 is not a filesystem (a dry run exits 0 having written
+nothing), and a create whose image does not hold the chosen filesystem fails, the image
+truncated, before any PV names it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import errno
 import logging
 import os
 import re
-import shlex
 import shutil
 import stat
 import subprocess
@@ -33,8 +35,10 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from enum import Enum
 
+from localpv.config.mkfs import MkfsOptionsError, split_options
 from localpv.csi import loop
 from localpv.host.mounts import opened_at_filesystem_root
+from localpv.naming import quote_text
 
 log = logging.getLogger(__name__)
 
@@ -84,23 +88,87 @@ class Usage:
 
 
 def _mkfs_argv(fs: FsType, fs_uuid: str, thick: bool, options: str, target: str) -> list[str]:
-    extra = shlex.split(options)
+    """mkfs's command line: the class's options (read as the tool reads them), then localpv's own.
+
+    mke2fs keeps only the last ``-E`` it is given, so every extended option (the class's, and
+    ``nodiscard`` for a thick image: mke2fs "discards" a regular file by punching holes, which
+    would make it sparse again) goes into one ``-E``.
+    """
+    try:
+        words = split_options(fs.value, options)
+    except MkfsOptionsError as err:
+        raise ImageError(f"mkfsOptions {quote_text(options)}: {err}") from err
+    extended = [arg for letter, arg in words if letter == "E" and arg]
+    extra = [part for letter, arg in words if letter != "E" or fs is not FsType.EXT4
+             for part in (f"-{letter}", *([arg] if arg is not None else []))]
     if fs is FsType.EXT4:
-        # nodiscard: mke2fs "discards" a regular file by punching holes, which would make a
-        # thick image sparse again.
-        return ["mkfs.ext4", "-q", "-F", *extra, "-U", fs_uuid, *(["-E", "nodiscard"] if thick else []), target]
+        extended += ["nodiscard"] if thick else []
+        return ["mkfs.ext4", "-q", "-F", *extra, "-U", fs_uuid, *(["-E", ",".join(extended)] if extended else []),
+                target]
     return ["mkfs.xfs", "-q", "-f", *extra, "-m", f"uuid={fs_uuid}", *(["-K"] if thick else []), target]
+
+
+#: ext4's INCOMPAT_JOURNAL_DEV: the superblock of an external journal (``mke2fs -O journal_dev``),
+#: which has ext4's magic and a UUID but is no filesystem.
+_EXT4_INCOMPAT_JOURNAL_DEV = 0x8
+
+
+def read_filesystem(fd: int) -> tuple[FsType, str] | None:
+    """The filesystem in an image's superblock (ext4 or XFS) and its UUID, None if neither is there."""
+    ext = os.pread(fd, 0x78, 1024)
+    if len(ext) == 0x78 and ext[0x38:0x3A] == b"\x53\xef":
+        if int.from_bytes(ext[0x60:0x64], "little") & _EXT4_INCOMPAT_JOURNAL_DEV:
+            return None
+        return FsType.EXT4, str(uuid.UUID(bytes=ext[0x68:0x78]))
+    xfs = os.pread(fd, 48, 0)
+    if len(xfs) == 48 and xfs[:4] == b"XFSB":
+        return FsType.XFS, str(uuid.UUID(bytes=xfs[32:48]))
+    return None
 
 
 def read_fs_uuid(fd: int) -> str | None:
     """The filesystem UUID in an image's superblock (ext4 or XFS), None if neither is there."""
-    ext = os.pread(fd, 0x78, 1024)
-    if len(ext) == 0x78 and ext[0x38:0x3A] == b"\x53\xef":
-        return str(uuid.UUID(bytes=ext[0x68:0x78]))
-    xfs = os.pread(fd, 48, 0)
-    if len(xfs) == 48 and xfs[:4] == b"XFSB":
-        return str(uuid.UUID(bytes=xfs[32:48]))
+    found = read_filesystem(fd)
+    return found[1] if found else None
+
+
+def mkfs_result_problem(fs: FsType, fs_uuid: str, found: tuple[FsType, str] | None) -> str | None:
+    """What is wrong with what mkfs left in an image (``found``: :func:`read_filesystem`), when
+    it was to make ``fs`` with ``fs_uuid``; None when that is what is there.
+
+    mkfs's exit status is not enough: a dry run (``mke2fs -n``, ``mkfs.xfs -N``), ``-V``, or a
+    filesystem written elsewhere in the file exits 0 with nothing at the place a mount looks.
+    """
+    if found is None:
+        return f"holds no {fs.value} filesystem"
+    if found[0] is not fs:
+        return f"holds {found[0].value}, not {fs.value}"
+    if found[1] != fs_uuid:
+        return f"holds filesystem UUID {found[1]}, not the {fs_uuid} chosen for it"
     return None
+
+
+def _mkfs_said(output: str) -> str:
+    """What mkfs said about a failure, in one line: its lines before the usage text mkfs.xfs
+    appends (the reason comes first), at most 300 characters."""
+    lines = []
+    for line in output.splitlines():
+        if line.startswith("Usage:"):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return "; ".join(lines)[:300] or "(nothing)"
+
+
+def make_filesystem(fd: int, fs: FsType, fs_uuid: str, *, thick: bool, options: str) -> None:
+    """Format the open image ``fd`` with ``fs`` and ``fs_uuid``, and check that the image then
+    holds exactly that filesystem; ImageError (saying what mkfs did) otherwise."""
+    argv = _mkfs_argv(fs, fs_uuid, thick, options, f"/proc/self/fd/{fd}")
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=(fd,))
+    if proc.returncode != 0:
+        raise ImageError(f"{argv[0]} failed ({proc.returncode}): {_mkfs_said(proc.stderr or proc.stdout)}")
+    if problem := mkfs_result_problem(fs, fs_uuid, read_filesystem(fd)):
+        raise ImageError(f"{argv[0]} exited 0 but the image {problem} (mkfsOptions {quote_text(options)})")
 
 
 def ext4_size(fd: int) -> int | None:
@@ -204,12 +272,11 @@ class ImageStore:
                     os.ftruncate(fd, 0)
                     raise ImageError(f"volume {name}: cannot allocate {size} bytes in pool {self.pool_dir} "
                                      f"({err.strerror})") from err
-            argv = _mkfs_argv(fs, fs_uuid, thick, mkfs_options, f"/proc/self/fd/{fd}")
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False, pass_fds=(fd,))
-            if proc.returncode != 0:
+            try:
+                make_filesystem(fd, fs, fs_uuid, thick=thick, options=mkfs_options)
+            except ImageError as err:
                 os.ftruncate(fd, 0)
-                raise ImageError(f"volume {name}: {argv[0]} failed ({proc.returncode}): "
-                                 f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+                raise ImageError(f"volume {name}: {err}; image truncated") from err
             os.fsync(fd)
         return fs_uuid
 

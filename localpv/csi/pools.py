@@ -23,13 +23,20 @@ from enum import Enum
 
 from localpv.config.dynamic import PoolConfig
 from localpv.csi.images import ImageStore, Provisioning
-from localpv.host.mounts import opened_at_filesystem_root
+from localpv.host.mounts import FilesystemTypes, opened_at_filesystem_root
 
 
 class PoolState(Enum):
     READY = "ready"
     MISSING = "missing"
     NOT_MOUNTED = "not-mounted"
+    #: on a filesystem in memory: its images would not outlive a reboot
+    VOLATILE = "volatile"
+
+
+#: Filesystems that keep their files in memory only: a pool on one loses every image, and
+#: the tenants' data in them, at the next reboot (or remount).
+MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,21 @@ def mounted_root(path: str) -> bool:
         os.close(fd)
 
 
+def _filesystem_type(path: str) -> str | None:
+    """The type of the filesystem the directory ``path`` is on (the mount it was opened on,
+    looked up in this namespace's mount table), None when it cannot be told."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return FilesystemTypes().of_fd(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 class Pool:
     """One configured pool on this node."""
 
@@ -80,6 +102,10 @@ class Pool:
                 f"pool {self.name}: nothing is mounted at {self.config.host_dir} (its disk is missing or not mounted "
                 "yet); images are neither made nor staged from the root filesystem (set requireMount: false for a "
                 "pool that is a plain directory)")
+        if (fs_type := _filesystem_type(path)) in MEMORY_FILESYSTEMS:
+            return PoolState.VOLATILE, (
+                f"pool {self.name}: {self.config.host_dir} is on {fs_type}, which is memory: its images and their "
+                "data would vanish at the next reboot; give the pool a directory on a disk's filesystem")
         return PoolState.READY, ""
 
     def room(self, committed: int) -> Room:

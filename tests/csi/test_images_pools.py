@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from localpv.config.dynamic import PoolConfig
-from localpv.csi.images import FsType, ImageError, ImageStore, Provisioning, check_name, ext4_size
+from localpv.csi.images import (
+    FsType,
+    ImageError,
+    ImageStore,
+    Provisioning,
+    Usage,
+    check_name,
+    ext4_size,
+    mkfs_result_problem,
+)
 from localpv.csi.journal import ImageJournal, ImageJournalError, ImageRecord, ImageState
 from localpv.csi.pools import Pool, PoolState, Room
 from tests.csi.conftest import PoolEnv
-from tests.support.hostfs import MiB, Mounter
+from tests.support.hostfs import LoopDevices, MiB, Mounter, sh
 
 
 @pytest.mark.root
@@ -37,6 +47,53 @@ def test_the_filesystem_uuid_is_the_one_chosen(pool_env: PoolEnv) -> None:
     chosen = images.create("pvc-a", 320 * MiB, fs=FsType.XFS, provisioning=Provisioning.THIN,
                            fs_uuid="0b1c2d3e-0000-4000-8000-000000000009")
     assert chosen == images.fs_uuid("pvc-a") == "0b1c2d3e-0000-4000-8000-000000000009"
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("fs", "options", "size"), [
+    (FsType.EXT4, "-n", 16 * MiB),                # mke2fs's dry run: exit 0, nothing written
+    (FsType.EXT4, "-V", 16 * MiB),                # prints its version, exit 0, nothing written
+    (FsType.EXT4, "-E offset=1048576", 16 * MiB),  # a filesystem, but 1 MiB into the image
+    (FsType.EXT4, "-O journal_dev", 16 * MiB),    # an external journal: a superblock, no filesystem
+    (FsType.XFS, "-N", 320 * MiB),                # mkfs.xfs's dry run
+    (FsType.XFS, "-V", 320 * MiB),
+])
+def test_mkfs_that_made_no_filesystem_fails_the_create(pool_env: PoolEnv, fs: FsType, options: str,
+                                                       size: int) -> None:
+    """mkfs exited 0, yet the image does not hold the filesystem its PV would name: the create
+    fails, and the image is truncated (nothing in it is anyone's data)."""
+    images = pool_env.pool.images
+    with pytest.raises(ImageError, match=rf"volume pvc-a: mkfs.{fs.value} exited 0 but the image holds no "
+                                         rf"{fs.value} filesystem \(mkfsOptions \"{options}\"\); image truncated"):
+        images.create("pvc-a", size, fs=fs, provisioning=Provisioning.THIN, mkfs_options=options,
+                      fs_uuid="0b1c2d3e-0000-4000-8000-00000000000a")
+    assert images.usage("pvc-a") == Usage(0, 0)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("provisioning", "options"), [
+    (Provisioning.THICK, "-E root_owner=1000:1000"),
+    (Provisioning.THIN, "-E root_owner=1000:1000 -E lazy_itable_init=1"),
+])
+def test_every_extended_option_of_a_class_reaches_mke2fs(pool_env: PoolEnv, provisioning: Provisioning,
+                                                         options: str) -> None:
+    """mke2fs keeps only the last -E it is given: a thick class's options were replaced by the
+    nodiscard localpv adds, and a class's own second -E replaced its first."""
+    images = pool_env.pool.images
+    images.create("pvc-a", 16 * MiB, fs=FsType.EXT4, provisioning=provisioning, mkfs_options=options)
+    root = sh("debugfs", "-R", "stat /", images.image_path("pvc-a"))
+    assert re.search(r"User:\s+1000\s+Group:\s+1000", root), root
+    if provisioning is Provisioning.THICK:
+        assert images.usage("pvc-a").allocated >= 16 * MiB, "nodiscard is still given: no hole punched"
+
+
+def test_what_mkfs_left_is_judged_against_what_was_chosen() -> None:
+    chosen = "0b1c2d3e-0000-4000-8000-00000000000a"
+    assert mkfs_result_problem(FsType.EXT4, chosen, (FsType.EXT4, chosen)) is None
+    assert mkfs_result_problem(FsType.EXT4, chosen, None) == "holds no ext4 filesystem"
+    assert mkfs_result_problem(FsType.XFS, chosen, (FsType.EXT4, chosen)) == "holds ext4, not xfs"
+    assert mkfs_result_problem(FsType.EXT4, chosen, (FsType.EXT4, "0b1c2d3e-0000-4000-8000-00000000000b")) == (
+        f"holds filesystem UUID 0b1c2d3e-0000-4000-8000-00000000000b, not the {chosen} chosen for it")
 
 
 @pytest.mark.root
@@ -105,10 +162,27 @@ def test_a_mounted_pool_is_ready(pool_env: PoolEnv) -> None:
 
 
 @pytest.mark.root
-def test_an_image_is_never_made_in_the_directory_a_pool_disk_left(tmp_path: Path, mounter: Mounter) -> None:
+@pytest.mark.parametrize("fs_type", ["tmpfs", "ramfs"])
+@pytest.mark.parametrize("require_mount", [True, False])
+def test_a_pool_in_memory_is_refused(tmp_path: Path, mounter: Mounter, fs_type: str, require_mount: bool) -> None:
+    """A pool on tmpfs or ramfs would lose every image at the next reboot, its tenants' data with
+    it: no image is made or staged there, whether the memory filesystem is mounted at the pool
+    (requireMount) or the pool is a directory inside one."""
+    memory = mounter.device("localpv-test", tmp_path / "memory", "-t", fs_type)
+    root = memory / "pool" if not require_mount else memory
+    root.mkdir(exist_ok=True)
+    pool = Pool(PoolConfig(name="fast", host_dir="/mnt/fast", mount_dir=str(root), require_mount=require_mount))
+    assert pool.state() == (PoolState.VOLATILE, (
+        f"pool fast: /mnt/fast is on {fs_type}, which is memory: its images and their data would vanish at the next "
+        "reboot; give the pool a directory on a disk's filesystem"))
+
+
+@pytest.mark.root
+def test_an_image_is_never_made_in_the_directory_a_pool_disk_left(tmp_path: Path, loops: LoopDevices,
+                                                                  mounter: Mounter) -> None:
     """The pool's state is looked at, then the image made: a disk unmounted in between must
     not turn into an image on the node's root filesystem (what the directory is on then)."""
-    root = mounter.tmpfs(tmp_path / "pool", size=64 * MiB)
+    root = mounter.device(loops.attach(64 * MiB, ext4=True).path, tmp_path / "pool")
     pool = Pool(PoolConfig(name="fast", host_dir=str(root), mount_dir=str(root)))
     assert pool.state() == (PoolState.READY, "")
     mounter.umount(root)

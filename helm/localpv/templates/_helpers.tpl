@@ -189,4 +189,54 @@ imagePullSecrets:
 {{- if and (include "localpv.agentEnabled" .) (not .Values.classes) (not .Values.dynamic.classes) }}
 {{- fail "classes: the node agent needs at least one class (name and hostDir); set agent.enabled=false to run only the NFS provisioner" }}
 {{- end }}
+{{- if and (include "localpv.agentEnabled" .) .Values.dynamic.classes }}
+{{- include "localpv.dynamicRefusals" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Dynamic pools and classes that would make a bad volume. The agent refuses the same ConfigMap
+(localpv config check says why); here the message names the values, before anything is
+installed. Directories are compared cleaned (path.Clean: "//", "/./", a trailing "/").
+*/}}
+{{- define "localpv.dynamicRefusals" -}}
+{{- $pools := .Values.dynamic.pools | default list }}
+{{- $names := list }}
+{{- range $i, $pool := $pools }}
+{{- $names = append $names $pool.name }}
+{{- $mine := dict "hostDir" (clean $pool.hostDir) "mountDir" (clean ($pool.mountDir | default $pool.hostDir)) }}
+{{- range $j, $other := $pools }}
+{{- if lt $j $i }}
+{{- $theirs := dict "hostDir" (clean $other.hostDir) "mountDir" (clean ($other.mountDir | default $other.hostDir)) }}
+{{- $clash := "" }}
+{{- range $key := list "hostDir" "mountDir" }}
+{{- if not $clash }}
+{{- $a := get $mine $key }}
+{{- $b := get $theirs $key }}
+{{- $how := "" }}
+{{- if eq $a $b }}{{ $how = "the same directory as" }}
+{{- else if hasPrefix (printf "%s/" $b) $a }}{{ $how = "inside" }}
+{{- else if hasPrefix (printf "%s/" $a) $b }}{{ $how = "containing" }}
+{{- end }}
+{{- if $how }}
+{{- $clash = $key }}
+{{- fail (printf "dynamic.pools[%d].%s: expected a directory apart from every other pool's, found %s, %s dynamic.pools[%d].%s (%s): each pool would count only its own images against one disk and take the other's for its own" $i $key $a $how $j $key $b) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $i, $class := .Values.dynamic.classes }}
+{{- if not (has $class.pool $names) }}
+{{- fail (printf "dynamic.classes[%d].pool: expected a pool of dynamic.pools (%s), found %q" $i (join ", " $names) (toString $class.pool)) }}
+{{- end }}
+{{- if eq ($class.provisioning | default "thin") "thick" }}
+{{- range $option := $class.mountOptions }}
+{{- if regexMatch "^discard(=.*)?$" (toString $option) }}
+{{- fail (printf "dynamic.classes[%d].mountOptions: expected no \"discard\" in a thick class (%s): the filesystem's discards punch holes into its image and make it sparse, so the pool's room is no longer taken; found %s" $i $class.name (join ", " $class.mountOptions)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}

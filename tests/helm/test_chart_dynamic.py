@@ -1,0 +1,91 @@
+"""The chart's dynamic pools and classes (issue 23): values that would make a bad volume fail
+`helm install` with a message naming the value, checked with real Helm against the API emulator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from localpv.cli import cli
+from tests.helm.chart import NAMESPACE, Install, installed, load_values, run_helm
+
+DYNAMIC = load_values("dynamic-values.yaml")
+
+
+def _dynamic(**changes: Any) -> dict[str, Any]:
+    """The CI values of dynamic volumes with ``changes`` to their ``dynamic`` map."""
+    return {**DYNAMIC, "dynamic": {**DYNAMIC["dynamic"], **changes}}
+
+
+def _pool(**settings: Any) -> dict[str, Any]:
+    return {"name": "fast", "hostDir": "/mnt/pools/fast", **settings}
+
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "dynamic": DYNAMIC,
+    "overcommit-100": _dynamic(pools=[_pool(overcommit=100)]),
+    "overcommit-1000": _dynamic(pools=[_pool(overcommit=1000)]),
+    "thin-discard": _dynamic(classes=[{"name": "d", "pool": "fast", "mountOptions": ["noatime", "discard"]}]),
+    "thick-discard": _dynamic(classes=[{"name": "d", "pool": "fast", "provisioning": "thick",
+                                        "mountOptions": ["noatime", "discard"]}]),
+    "two-pools-one-dir": _dynamic(pools=[_pool(), _pool(name="slow", hostDir="/mnt/pools//fast/")]),
+    "nested-pools": _dynamic(pools=[_pool(), _pool(name="inner", hostDir="/mnt/pools/fast/inner")]),
+    "two-pools-one-mount-dir": _dynamic(pools=[_pool(), _pool(name="slow", hostDir="/mnt/slow",
+                                                             mountDir="/mnt/pools/fast")]),
+    "pools-side-by-side": _dynamic(pools=[_pool(), _pool(name="fast2", hostDir="/mnt/pools/fast2")]),
+    "unknown-pool": _dynamic(classes=[{"name": "d", "pool": "slow"}]),
+}
+#: Each refused scenario and the words its message must hold.
+REFUSED: dict[str, list[str]] = {
+    "overcommit-1000": ["overcommit", "want 100"],
+    "thick-discard": ['dynamic.classes[0].mountOptions: expected no "discard" in a thick class (d)',
+                      "punch holes", "found noatime, discard"],
+    "two-pools-one-dir": ["dynamic.pools[1].hostDir: expected a directory apart from every other pool's, found "
+                          "/mnt/pools/fast, the same directory as dynamic.pools[0].hostDir"],
+    "nested-pools": ["dynamic.pools[1].hostDir: expected a directory apart from every other pool's, found "
+                     "/mnt/pools/fast/inner, inside dynamic.pools[0].hostDir (/mnt/pools/fast)"],
+    "two-pools-one-mount-dir": ["dynamic.pools[1].mountDir: expected a directory apart from every other pool's, "
+                                "found /mnt/pools/fast, the same directory as dynamic.pools[0].mountDir"],
+    "unknown-pool": ['dynamic.classes[0].pool: expected a pool of dynamic.pools (fast), found "slow"'],
+}
+
+
+@pytest.fixture(scope="module")
+def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
+    done = {name: Install(values) for name, values in SCENARIOS.items()}
+    try:
+        run_helm(helm_python, list(done.values()), tmp_path_factory.mktemp("helm"))
+        yield done
+    finally:
+        for inst in done.values():
+            inst.server.stop()
+
+
+@pytest.mark.parametrize("name", sorted(set(SCENARIOS) - set(REFUSED)))
+def test_good_dynamic_values_install(installs: dict[str, Install], name: str) -> None:
+    assert installs[name].error is None, installs[name].error
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_bad_dynamic_values_fail_the_install_naming_the_value(installs: dict[str, Install], name: str) -> None:
+    inst = installs[name]
+    assert inst.error is not None, f"{name}: Helm accepted values it must refuse"
+    for word in REFUSED[name]:
+        assert word in inst.error, f"{name}: message does not name {word!r}: {inst.error}"
+    assert not inst.server.list("apps/v1", "DaemonSet", NAMESPACE), "a refused install created objects"
+
+
+def test_config_check_tries_the_charts_mkfs_options_and_accepts_them(installs: dict[str, Install],
+                                                                    tmp_path: Path) -> None:
+    """The ConfigMap the chart writes, as the kubelet mounts it, passes `localpv config check`,
+    whose mkfs trial runs each class's mkfsOptions with the real mkfs."""
+    data = installed(installs, "dynamic").one("v1", "ConfigMap")["data"]
+    for key, value in data.items():
+        (tmp_path / key).write_text(value)
+    result = CliRunner().invoke(cli, ["config", "check", str(tmp_path)])
+    assert (result.exit_code, result.stderr) == (0, ""), result.output
+    assert "-m reflink=0" in result.stdout
