@@ -20,7 +20,7 @@ from localpv.csi.controller import DynamicController, DynamicSettings
 from localpv.csi.identity import IdentityService
 from localpv.csi.journal import ImageJournal, ImageJournalError
 from localpv.csi.metrics import DynamicMetrics, PoolFigures
-from localpv.csi.node import NodeService
+from localpv.csi.node import SERVER_THREADS, NodeService
 from localpv.csi.pools import Pool, PoolState
 from localpv.csi.registration import RegistrationService, SocketPaths
 from localpv.csi.rpc import SocketInUse, UnixServer
@@ -56,7 +56,8 @@ class DynamicVolumes:
         self.identity = IdentityService(driver, ready=self.controller.synced.is_set)
         self.registration = RegistrationService(driver, self.paths.csi)
         observe = self.metrics.observe_call
-        self.csi_server = UnixServer(self.paths.csi, [self.identity.handler(observe), self.node.handler(observe)])
+        self.csi_server = UnixServer(self.paths.csi, [self.identity.handler(observe), self.node.handler(observe)],
+                                     workers=SERVER_THREADS)
         self.registration_server = UnixServer(self.paths.registration, [self.registration.handler(observe)])
 
     def pools(self) -> Mapping[str, Pool]:

@@ -308,9 +308,11 @@ class ImageStore:
             return Usage(st.st_size, st.st_blocks * 512)
 
     def in_use(self, name: str) -> list[loop.Loop]:
-        """Loop devices bound to the image: while there is one, it is not removed."""
+        """Loop devices bound to the image (by what the kernel holds: its device and inode):
+        while there is one, it is not removed."""
         try:
-            return loop.loops_of(self.image_path(name))
+            with self.open_image(name, writable=False) as fd:
+                return loop.loops_of(fd)
         except ImageError:
             return []
 

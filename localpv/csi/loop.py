@@ -9,9 +9,15 @@ Loop devices are shared with everything else on the node: a free one is asked of
 ``/dev/loop-control`` and may be taken by someone else before it is configured (``EBUSY``:
 ask again). Devices are attached with ``LO_FLAGS_AUTOCLEAR``: the kernel detaches one when
 its last user goes (the mount at the staging path), so an agent killed between attach and
-mount leaks no device, and an unmounted volume holds none. Which devices serve an image is
-read from sysfs (``loop/backing_file``) and confirmed by device and inode, never by the
-path alone.
+mount leaks no device, and an unmounted volume holds none.
+
+**A loop device is known by what the kernel holds for it**: the device and inode of its
+backing file (``LOOP_GET_STATUS64``), compared with the image's own ``fstat``. Never by the
+path sysfs shows (``loop/backing_file``): the kernel renders it in the mount namespace of
+whoever reads it, through the mounts of whoever attached the device - after the agent's
+container restarts, the path its predecessor's mount gave resolves nowhere (it reads
+``/<volume>/disk.img``), and matching by it would find no device for a staged image. The
+path is kept for messages only.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ log = logging.getLogger(__name__)
 LOOP_SET_FD = 0x4C00
 LOOP_CLR_FD = 0x4C01
 LOOP_SET_STATUS64 = 0x4C04
+LOOP_GET_STATUS64 = 0x4C05
 LOOP_SET_CAPACITY = 0x4C07
 LOOP_CONFIGURE = 0x4C0A
 LOOP_CTL_GET_FREE = 0x4C82
@@ -157,26 +164,70 @@ def _configure(fd: int, image_fd: int, name: str) -> None:
         raise
 
 
-def loops_of(image: str | os.PathLike[str]) -> list[Loop]:
-    """The loop devices bound to this very file (device and inode), found in sysfs."""
+#: The file behind a loop device as the kernel holds it: (st_dev, st_ino) of the backing file.
+FileKey = tuple[int, int]
+
+
+def file_key(st: os.stat_result) -> FileKey:
+    return st.st_dev, st.st_ino
+
+
+def backing_key(loop: Loop) -> FileKey | None:
+    """The device and inode of the file bound to ``loop`` (None when it is not bound).
+
+    Read with ``LOOP_GET_STATUS64`` on the device itself. Opening a bound autoclear device and
+    closing it does not detach it: whoever bound it (a mount) still holds it.
+    """
     try:
-        st = os.stat(image)
-    except FileNotFoundError:
-        return []
-    found = []
-    for backing in SYS_BLOCK.glob("loop*/loop/backing_file"):
-        try:
-            path = backing.read_text().rstrip("\n")
-            other = os.stat(path)
-        except OSError:
-            continue  # detached meanwhile, or its file is gone or elsewhere
-        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
-            found.append(Loop(int(backing.parent.parent.name[len("loop"):])))
+        fd = os.open(_device_node(loop.number), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        buf = bytearray(struct.calcsize("=" + _INFO64))
+        fcntl.ioctl(fd, LOOP_GET_STATUS64, buf, True)
+    except OSError:
+        return None  # ENXIO: not bound (any more)
+    finally:
+        os.close(fd)
+    device, inode = struct.unpack_from("=QQ", buf)
+    return device, inode
+
+
+def bound() -> list[Loop]:
+    """Every loop device bound now (sysfs shows a ``loop/`` directory only for those)."""
+    found = [Loop(int(d.parent.name[len("loop"):])) for d in SYS_BLOCK.glob("loop*/loop")]
     return sorted(found, key=lambda loop: loop.number)
 
 
+def kernel_loops() -> dict[FileKey, list[Loop]]:
+    """Every bound loop device by the file the kernel holds for it."""
+    found: dict[FileKey, list[Loop]] = {}
+    for device in bound():
+        key = backing_key(device)
+        if key is not None:
+            found.setdefault(key, []).append(device)
+    return found
+
+
+def loops_of_key(key: FileKey) -> list[Loop]:
+    """The loop devices bound to the file whose device and inode are ``key``."""
+    return kernel_loops().get(key, [])
+
+
+def loops_of(image: str | os.PathLike[str] | int) -> list[Loop]:
+    """The loop devices bound to this very file: a path (as this process sees it) or an open
+    descriptor, matched by device and inode with what the kernel holds."""
+    try:
+        st = os.fstat(image) if isinstance(image, int) else os.stat(image)
+    except FileNotFoundError:
+        return []
+    return loops_of_key(file_key(st))
+
+
 def backing_file(loop: Loop) -> str | None:
-    """The file a loop device reads (``... (deleted)`` when it was removed), None if unbound."""
+    """The path sysfs gives for the file a loop device reads (``... (deleted)`` when it was
+    removed), None if unbound: for messages only - it is rendered through the mounts of
+    whoever attached the device, which may be of another mount namespace (see above)."""
     try:
         return (SYS_BLOCK / f"loop{loop.number}" / "loop" / "backing_file").read_text().rstrip("\n")
     except OSError:
@@ -196,6 +247,26 @@ def refresh_capacity(loop: Loop) -> int:
     finally:
         os.close(fd)
     return loop.size()
+
+
+def hold(loop: Loop) -> int | None:
+    """Open ``loop`` so that it cannot be freed (and given to another file) while the
+    descriptor is open; None when it cannot be opened (it is gone)."""
+    try:
+        return os.open(_device_node(loop.number), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+
+
+def detach_held(fd: int) -> None:
+    """Detach the loop device open as ``fd`` once its last user goes (the caller's close, when
+    nothing else holds it): the device is the one that was opened, whatever its number became
+    meanwhile. Nothing to do when it is no longer bound."""
+    try:
+        fcntl.ioctl(fd, LOOP_CLR_FD, 0)
+    except OSError as err:
+        if err.errno not in (errno.ENXIO, errno.EINVAL):
+            raise LoopError(f"cannot detach the loop device ({err.strerror})") from err
 
 
 def detach(loop: Loop) -> bool:

@@ -14,12 +14,24 @@
 * **NodeExpandVolume** - make the loop device see the grown image, grow the filesystem
   online, tell the controller (which finishes the claim's resize).
 
-Calls for one volume are serialised (the kubelet may retry one while the first still runs);
-calls for different volumes run in parallel.
+**Never stuck behind one volume.** A call for a volume that already has one in progress is
+answered at once with ``ABORTED`` (the kubelet retries it with backoff), instead of holding a
+server thread until the first one ends: an ``e2fsck`` of a large image may take minutes, and
+the kubelet repeats a stage it got no answer for. The slow calls (stage, unstage, expansion)
+of all volumes together take at most :data:`SLOW_CALLS` of the server's threads; past that
+they are refused with ``ABORTED`` too, so that Probe, NodeGetInfo, NodeGetCapabilities,
+NodeGetVolumeStats (which takes no lock) and publish/unpublish always find a thread.
+
+**An image is known by what the kernel holds** (:mod:`localpv.csi.loop`): the loop devices of
+an image are those whose backing file has the image's device and inode, whatever path a
+restarted agent's predecessor attached it by. A staging path is "this volume, staged" only
+when the filesystem mounted there is one of those devices; an image mounted anywhere is
+never staged a second time.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -33,7 +45,7 @@ from localpv.csi.images import ImageError, check_name, ext4_size
 from localpv.csi.pools import Pool, PoolState
 from localpv.csi.proto import csi_pb2 as csi
 from localpv.csi.rpc import CallObserver, Method, RpcError, service
-from localpv.csi.volume import FS_UUID, NODE, POOL, TOPOLOGY_KEY
+from localpv.csi.volume import FS_UUID, NODE, POOL, PROVISIONING, TOPOLOGY_KEY
 from localpv.host.mounts import MountInfo
 from localpv.naming import node_label_value
 
@@ -53,6 +65,14 @@ GROWTH_SLACK = 1 << 20
 #: Called after a filesystem was grown: (volume id, new size in bytes).
 ExpandedHook = Callable[[str, int], None]
 
+#: Stage, unstage and expansion calls in progress at once, all volumes together (each may run
+#: e2fsck, resize2fs or xfs_growfs for minutes). The server has more threads than this
+#: (:data:`SERVER_THREADS`), so the quick calls always find one.
+SLOW_CALLS = 8
+#: The CSI server's threads: the slow calls, plus room for Probe, NodeGetInfo, stats,
+#: publish and unpublish, and for the ABORTED answers to calls that cannot start.
+SERVER_THREADS = SLOW_CALLS + 8
+
 
 def _invalid(message: str) -> RpcError:
     return RpcError(grpc.StatusCode.INVALID_ARGUMENT, message)
@@ -60,6 +80,20 @@ def _invalid(message: str) -> RpcError:
 
 def _precondition(message: str) -> RpcError:
     return RpcError(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+
+def _reallocate(fd: int, volume_id: str) -> None:
+    """Allocate whatever blocks of a thick image were given back (a discard punches holes in
+    the image file: ``fstrim`` in the pod, or a tool that discards). Data is never touched:
+    only holes get blocks. A pool too full to give them back is logged; the volume is still
+    staged - refusing it would keep its pod from its data - and the health watch says so."""
+    try:
+        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise ImageError(f"volume {volume_id}: its thick image cannot be allocated again ({err.strerror})") from err
+        log.warning("volume %s: its thick image lost blocks that the pool cannot give back now (%s)", volume_id,
+                    err.strerror)
 
 
 def _required(value: str, name: str) -> str:
@@ -78,15 +112,30 @@ class NodeService:
         self.node_name = node_name
         self.pools = pools
         self.on_expanded = on_expanded
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        self._busy: set[str] = set()
+        self._busy_guard = threading.Lock()
+        self._slow = threading.BoundedSemaphore(SLOW_CALLS)
 
     @contextmanager
-    def _volume_lock(self, volume_id: str) -> Iterator[None]:
-        with self._locks_guard:
-            lock = self._locks.setdefault(volume_id, threading.Lock())
-        with lock:
-            yield
+    def _exclusive(self, volume_id: str, *, slow: bool = False) -> Iterator[None]:
+        """Run one call of ``volume_id`` at a time; a second one is answered ABORTED at once."""
+        if slow and not self._slow.acquire(blocking=False):
+            raise RpcError(grpc.StatusCode.ABORTED, f"volume {volume_id}: {SLOW_CALLS} volumes are being staged, "
+                                                    "unstaged or grown on this node now; retried")
+        try:
+            with self._busy_guard:
+                if volume_id in self._busy:
+                    raise RpcError(grpc.StatusCode.ABORTED, f"an operation on volume {volume_id} is in progress; "
+                                                            "retried once it ends")
+                self._busy.add(volume_id)
+            try:
+                yield
+            finally:
+                with self._busy_guard:
+                    self._busy.discard(volume_id)
+        finally:
+            if slow:
+                self._slow.release()
 
     # ------------------------------------------------------------------ lookups
 
@@ -106,25 +155,12 @@ class NodeService:
             raise _precondition(f"volume {volume_id}: pool {name!r} is not configured on node {self.node_name} "
                                 "(dynamicPools of the agent's ConfigMap)")
         state, why = pool.state()
-        if state is not PoolState.READY:
+        if state is PoolState.VOLATILE:
+            # New images are not made there (the controller refuses), but what is there is served.
+            log.warning("volume %s: %s", volume_id, why)
+        elif state is not PoolState.READY:
             raise _precondition(f"volume {volume_id}: {why}")
         return pool
-
-    def _image_loops(self, pool: Pool, volume_id: str) -> list[loop.Loop]:
-        return loop.loops_of(pool.images.image_path(volume_id))
-
-    def _staged_loop(self, pool: Pool, volume_id: str, staging: str) -> loop.Loop | None:
-        """The loop device of this image mounted at ``staging`` (None when nothing is; an error
-        when something else is)."""
-        info = mounting.mount_at(staging)
-        if info is None:
-            return None
-        major, minor = mounting.device_of(info)
-        mine = [lp for lp in self._image_loops(pool, volume_id) if lp.rdev == (major, minor)]
-        if not mine:
-            raise _precondition(f"volume {volume_id}: staging path {staging} has another filesystem mounted "
-                                f"({info.source}, {info.major_minor})")
-        return mine[0]
 
     # ------------------------------------------------------------------ stage
 
@@ -138,24 +174,36 @@ class NodeService:
             raise _invalid(f"volume {volume_id}: access mode "
                            f"{csi.VolumeCapability.AccessMode.Mode.Name(capability.access_mode.mode)} is not "
                            "single-node; a node-local volume is reachable from one node only")
-        with self._volume_lock(volume_id):
-            context = dict(request.volume_context)
+        context = dict(request.volume_context)
+        flags = list(capability.mount.mount_flags)
+        thick = context.get(PROVISIONING) == "thick"
+        if thick and "discard" in flags:
+            raise _invalid(f"volume {volume_id}: mount option 'discard' on a thick volume would give its allocated "
+                           "blocks back to the pool; remove it from the StorageClass's mountOptions")
+        with self._exclusive(volume_id, slow=True):
             pool = self._pool(context, volume_id)
-            if self._staged_loop(pool, volume_id, staging) is not None:
-                return csi.NodeStageVolumeResponse()  # already done
             fs_type = capability.mount.fs_type or "ext4"
-            self._stage(pool, volume_id, staging, fs_type, list(capability.mount.mount_flags), context.get(FS_UUID))
+            self._stage(pool, volume_id, staging, fs_type, flags, context.get(FS_UUID), thick=thick)
         return csi.NodeStageVolumeResponse()
 
     def _stage(self, pool: Pool, volume_id: str, staging: str, fs_type: str, flags: list[str],
-               expected_uuid: str | None) -> None:
+               expected_uuid: str | None, *, thick: bool) -> None:
         try:
             with pool.images.open_image(volume_id) as fd:
-                found = self._check_identity(pool, volume_id, fd, expected_uuid)
-                others = [m for lp in self._image_loops(pool, volume_id) for m in mounting.mounts_of_device(*lp.rdev)]
-                if others:
+                devices = loop.loops_of(fd)
+                mounts = [m for device in devices for m in mounting.mounts_of_device(*device.rdev)]
+                here = mounting.mount_at(staging)
+                if here is not None:
+                    if any(m.major_minor == here.major_minor for m in mounts):
+                        return  # staged here already (the kubelet repeats the call after a restart)
+                    raise _precondition(f"volume {volume_id}: staging path {staging} has another filesystem "
+                                        f"mounted ({here.source}, {here.major_minor})")
+                if mounts:
                     raise _precondition(f"volume {volume_id}: its image is already mounted at "
-                                        f"{others[0].mount_point}; a node-local volume is staged once")
+                                        f"{mounts[0].mount_point}; a node-local volume is staged once")
+                found = self._check_identity(pool, volume_id, fd, expected_uuid)
+                if thick:
+                    _reallocate(fd, volume_id)
                 try:
                     attached = loop.attach(fd, pool.images.image_path(volume_id))
                 except loop.LoopError as err:
@@ -197,20 +245,35 @@ class NodeService:
     def unstage(self, request: csi.NodeUnstageVolumeRequest) -> csi.NodeUnstageVolumeResponse:
         volume_id = self._volume_id(request.volume_id)
         staging = _required(request.staging_target_path, "staging_target_path")
-        with self._volume_lock(volume_id):
+        with self._exclusive(volume_id, slow=True):
             info = mounting.mount_at(staging)
-            device = mounting.device_of(info) if info is not None else None
+            if info is not None:
+                self._unmount_staged(volume_id, staging, mounting.device_of(info))
+        log.info("volume %s unstaged from %s", volume_id, staging)
+        return csi.NodeUnstageVolumeResponse()
+
+    @staticmethod
+    def _unmount_staged(volume_id: str, staging: str, device: tuple[int, int]) -> None:
+        """Unmount the staging path, and let its loop device go with it.
+
+        The loop device is held open from before the unmount until after it: it cannot be
+        freed and given to another image in between, so what is detached is the very device
+        that was mounted here - never a number someone else may have taken meanwhile.
+        """
+        held = loop.hold(loop.Loop(device[1])) if device[0] == loop.LOOP_MAJOR else None
+        try:
             try:
                 mounting.umount(staging)
             except mounting.MountError as err:
                 raise _precondition(f"volume {volume_id}: {err}") from err
-            if device is not None and device[0] == loop.LOOP_MAJOR and not mounting.mounts_of_device(*device):
+            if held is not None and not mounting.mounts_of_device(*device):
                 try:
-                    loop.detach(loop.Loop(device[1]))  # autoclear usually did it already
+                    loop.detach_held(held)  # autoclear usually does it when the last user goes
                 except loop.LoopError as err:
                     log.warning("volume %s: %s (it goes when its last user closes it)", volume_id, err)
-        log.info("volume %s unstaged from %s", volume_id, staging)
-        return csi.NodeUnstageVolumeResponse()
+        finally:
+            if held is not None:
+                os.close(held)
 
     # ------------------------------------------------------------------ publish
 
@@ -218,7 +281,7 @@ class NodeService:
         volume_id = self._volume_id(request.volume_id)
         staging = _required(request.staging_target_path, "staging_target_path")
         target = _required(request.target_path, "target_path")
-        with self._volume_lock(volume_id):
+        with self._exclusive(volume_id):
             staged = mounting.mount_at(staging)
             if staged is None:
                 raise _precondition(f"volume {volume_id} is not staged at {staging}")
@@ -236,7 +299,7 @@ class NodeService:
     def unpublish(self, request: csi.NodeUnpublishVolumeRequest) -> csi.NodeUnpublishVolumeResponse:
         volume_id = self._volume_id(request.volume_id)
         target = _required(request.target_path, "target_path")
-        with self._volume_lock(volume_id):
+        with self._exclusive(volume_id):
             try:
                 while mounting.umount(target):
                     pass
@@ -277,17 +340,31 @@ class NodeService:
         return csi.NodeGetVolumeStatsResponse(usage=usage, volume_condition=csi.VolumeCondition(
             abnormal=problem is not None, message=problem or "the image and its filesystem are healthy"))
 
+    def _image_key(self, volume_id: str) -> loop.FileKey | None:
+        """The device and inode of the volume's image, in whichever configured pool holds it
+        (None when none does, as far as the pools that can be looked at now show)."""
+        for pool in self.pools().values():
+            try:
+                with pool.images.open_image(volume_id, writable=False) as fd:
+                    return loop.file_key(os.fstat(fd))
+            except ImageError:
+                continue
+        return None
+
     def _condition(self, volume_id: str, info: MountInfo, device: loop.Loop | None) -> str | None:
         """What is wrong with a mounted volume (None when nothing is): reporting only."""
         if device is None:
             return f"{info.mount_point} is not on a loop device ({info.source}): not this volume's image"
-        backing = loop.backing_file(device)
-        if backing is None:
+        held = loop.backing_key(device)
+        if held is None:
             return f"{device.path} is no longer bound to the image"
-        if backing.endswith(" (deleted)"):
-            return f"the image {backing[:-len(' (deleted)')]} was deleted while mounted"
-        if os.path.basename(os.path.dirname(backing)) != volume_id:
-            return f"{device.path} reads {backing}, not volume {volume_id}'s image"
+        if (loop.backing_file(device) or "").endswith(" (deleted)"):
+            return f"volume {volume_id}'s image was deleted while mounted: its data goes when it is unstaged"
+        image = self._image_key(volume_id)
+        if image is None:
+            return f"volume {volume_id} has no image in the pools it could be in now"
+        if held != image:
+            return f"{device.path} reads another file than volume {volume_id}'s image"
         if "ro" in info.super_options.split(","):
             return "the filesystem was made read-only by the kernel (I/O or filesystem errors)"
         try:
@@ -301,7 +378,7 @@ class NodeService:
     def expand(self, request: csi.NodeExpandVolumeRequest) -> csi.NodeExpandVolumeResponse:
         volume_id = self._volume_id(request.volume_id)
         path = request.volume_path or request.staging_target_path
-        with self._volume_lock(volume_id):
+        with self._exclusive(volume_id, slow=True):
             info, device = self._mounted(volume_id, path)
             if device is None:
                 raise _precondition(f"volume {volume_id}: {path} is not on a loop device")
@@ -315,14 +392,27 @@ class NodeService:
                                f"volume {volume_id}: its image has {size} bytes, {wanted} asked: the image is grown "
                                "by the agent's controller first (retried)")
             if not self._covers(device, info.fs_type, size):
+                grow_at = self._writable_mount(volume_id, device, request.staging_target_path)
                 try:
-                    mounting.grow_filesystem(device.path, info.mount_point, info.fs_type)
+                    mounting.grow_filesystem(device.path, grow_at, info.fs_type)
                 except mounting.MountError as err:
                     raise _precondition(f"volume {volume_id}: {err}") from err
         log.info("volume %s: filesystem grown to %d bytes", volume_id, size)
         if self.on_expanded is not None:
             self.on_expanded(volume_id, size)
         return csi.NodeExpandVolumeResponse(capacity_bytes=size)
+
+    @staticmethod
+    def _writable_mount(volume_id: str, device: loop.Loop, staging: str) -> str:
+        """Where the filesystem can be grown: its staging mount, else any read-write mount of it.
+        The pod's target (``volume_path``) may be a read-only bind, and xfs_growfs needs write
+        access to the mount it is given."""
+        mounts = [m for m in mounting.mounts_of_device(*device.rdev) if "ro" not in m.mount_options.split(",")]
+        wanted = os.path.realpath(staging) if staging else ""
+        mounts.sort(key=lambda m: m.mount_point != wanted)
+        if not mounts:
+            raise _precondition(f"volume {volume_id}: its filesystem has no read-write mount to grow it through")
+        return mounts[0].mount_point
 
     @staticmethod
     def _covers(device: loop.Loop, fs_type: str, size: int) -> bool:

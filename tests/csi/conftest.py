@@ -16,7 +16,7 @@ from google.protobuf.message import Message
 from localpv.config.dynamic import PoolConfig
 from localpv.csi.identity import IdentityService
 from localpv.csi.images import FsType, Provisioning
-from localpv.csi.node import NodeService
+from localpv.csi.node import SERVER_THREADS, NodeService
 from localpv.csi.pools import Pool
 from localpv.csi.proto import csi_pb2 as csi
 from localpv.csi.rpc import UnixServer, unary_call
@@ -85,8 +85,8 @@ def serve(socket_dir: Path) -> Iterator[Callable[..., Client]]:
     servers: list[UnixServer] = []
     clients: list[Client] = []
 
-    def start(*handlers: grpc.GenericRpcHandler, name: str = "csi.sock") -> Client:
-        server = UnixServer(str(tmp_path / name), list(handlers))
+    def start(*handlers: grpc.GenericRpcHandler, name: str = "csi.sock", workers: int = SERVER_THREADS) -> Client:
+        server = UnixServer(str(tmp_path / name), list(handlers), workers=workers)
         server.start()
         servers.append(server)
         client = Client(server.path)
