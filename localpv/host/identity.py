@@ -65,9 +65,11 @@ _SYS_DEV_BLOCK = "/sys/dev/block"
 
 # _IOR('v', 1, long): the inode generation (ext2/3/4, btrfs and others; not XFS).
 _FS_IOC_GETVERSION = (2 << 30) | (struct.calcsize("l") << 16) | (ord("v") << 8) | 1
-# LOOP_GET_STATUS64: struct loop_info64, whose second u64 is the backing file's inode.
+# LOOP_GET_STATUS64: struct loop_info64, whose first two u64 are the backing file's device and inode.
 _LOOP_GET_STATUS64 = 0x4C05
 _LOOP_INFO64_SIZE = 232
+#: Where lo_file_name[64] starts in struct loop_info64 (after five u64 and four u32).
+_LOOP_FILE_NAME = 56
 _LOOP_MAJOR = 7
 
 
@@ -227,24 +229,39 @@ def _fs_uuid(major: int, minor: int, fs_type: str, udev: Mapping[str, str]) -> t
 
 
 def _loop_backing(major: int, minor: int) -> str | None:
-    """``<backing file>:ino=<inode>`` of an attached loop device, None if it is not one."""
+    """``<backing file>:ino=<inode>`` of an attached loop device, None if it is not one.
+
+    The file is named as the kernel holds it, whatever mount namespace reads it: sysfs's
+    ``backing_file`` is rendered through the mounts of whoever attached the device, so from
+    another namespace (the agent's container after a restart, when the file's mount was the
+    earlier container's) it reads a path relative to that mount, which resolves nowhere. The
+    path counts only when it resolves, here, to the very file the kernel holds (its device and
+    inode, ``LOOP_GET_STATUS64``); else the name given when the device was attached
+    (``lo_file_name``, what losetup stored: the same absolute path) stands in. So a loop device
+    keeps one identity across agent restarts, and the one older releases recorded.
+    """
     if major != _LOOP_MAJOR:
         return None
     backing = _sysfs(major, minor, "loop", "backing_file")
     if backing is None:
         return None
-    inode = ""
     try:
         fd = os.open(_device_node(major, minor), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         try:
             buf = bytearray(_LOOP_INFO64_SIZE)
             fcntl.ioctl(fd, _LOOP_GET_STATUS64, buf, True)
-            inode = f":ino={struct.unpack_from('=Q', buf, 8)[0]}"
         finally:
             os.close(fd)
     except OSError:
-        pass  # the path alone still tells this image from another one
-    return backing + inode
+        return backing  # cannot be asked: the path alone still tells this image from another one
+    device, inode = struct.unpack_from("=QQ", buf)
+    name = bytes(buf[_LOOP_FILE_NAME:_LOOP_FILE_NAME + 64]).split(b"\0", 1)[0].decode("utf-8", "replace")
+    try:
+        st = os.stat(backing)
+        resolves = (st.st_dev, st.st_ino) == (device, inode)
+    except OSError:
+        resolves = False
+    return f"{backing if resolves or not name else name}:ino={inode}"
 
 
 def _hardware(major: int, minor: int, udev: Mapping[str, str]) -> tuple[str, str] | None:

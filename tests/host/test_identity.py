@@ -177,3 +177,37 @@ def test_a_mounts_identity_is_read_once_and_a_new_mount_is_read_again(
     mkfs("ext4", ext4_loop.path)
     again = fs_identity(reader, mounter.device(ext4_loop.path, tmp_path / "mnt"))
     assert reader.reads == 2 and again.value != first.value
+
+
+def test_a_loop_devices_identity_is_the_same_from_any_mount_namespace(tmp_path: Path) -> None:
+    """A loop device attached in another mount namespace (an earlier agent container) through a
+    path only that namespace has: its identity, read here after that namespace is gone, is the
+    one read there (sysfs now renders its backing file relative to a mount that is gone)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    short = Path(tempfile.mkdtemp(prefix="lpv-", dir="/tmp"))  # lo_file_name holds 63 bytes
+    try:
+        image = tmp_path / "disk.img"
+        image.write_bytes(b"\0" * MiB)
+        view = short / "view"
+        view.mkdir()
+        script = (f"mount --bind {tmp_path} {view} && dev=$(losetup --find --show {view}/disk.img) && "
+                  f"{sys.executable} -c \"import os, sys; from localpv.host.identity import IdentityReader; "
+                  f"print(sys.argv[1], IdentityReader('/nonexistent').block(os.stat(sys.argv[1]).st_rdev).value)\" $dev")
+        proc = subprocess.run(["unshare", "-m", "--propagation", "unchanged", "--", "sh", "-c", script],
+                              capture_output=True, text=True, check=False, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        assert proc.returncode == 0, proc.stderr
+        device, there = proc.stdout.split()
+        try:
+            backing = Path(f"/sys/block/{device[5:]}/loop/backing_file").read_text().strip()
+            assert backing == "/disk.img", "rendered through a mount that is gone"
+            assert there == f"blk:loop={view}/disk.img:ino={image.stat().st_ino}"
+            assert IdentityReader(str(tmp_path / "no-udev")).block(os.stat(device).st_rdev).value == there
+        finally:
+            sh("losetup", "-d", device)
+    finally:
+        os.rmdir(short / "view")
+        os.rmdir(short)
