@@ -193,9 +193,10 @@ def test_a_loop_devices_identity_is_the_same_from_any_mount_namespace(tmp_path: 
         image.write_bytes(b"\0" * MiB)
         view = short / "view"
         view.mkdir()
+        read = ("import os, sys; from localpv.host.identity import IdentityReader; "
+                "print(sys.argv[1], IdentityReader('/nonexistent').block(os.stat(sys.argv[1]).st_rdev).value)")
         script = (f"mount --bind {tmp_path} {view} && dev=$(losetup --find --show {view}/disk.img) && "
-                  f"{sys.executable} -c \"import os, sys; from localpv.host.identity import IdentityReader; "
-                  f"print(sys.argv[1], IdentityReader('/nonexistent').block(os.stat(sys.argv[1]).st_rdev).value)\" $dev")
+                  f"{sys.executable} -c \"{read}\" $dev")
         proc = subprocess.run(["unshare", "-m", "--propagation", "unchanged", "--", "sh", "-c", script],
                               capture_output=True, text=True, check=False, timeout=60,
                               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
