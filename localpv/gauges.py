@@ -6,7 +6,7 @@ statistics, counts over a cache): these collectors read them then.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
@@ -30,7 +30,8 @@ class LabelledGauge(Collector):
     """One gauge whose labelled samples are computed at scrape time."""
 
     def __init__(self, name: str, help_text: str, labels: tuple[str, ...],
-                 read: Callable[[], dict[tuple[str, str], float]]) -> None:
+                 read: Callable[[], Mapping[Any, float]]) -> None:
+        """``read`` returns each sample's value by its label values (a tuple, in ``labels``' order)."""
         self._name, self._help, self._labels, self._read = name, help_text, labels, read
 
     def collect(self) -> Iterator[Any]:

@@ -106,6 +106,8 @@ UPSTREAM: dict[str, str] = {
     "localpv_dynamic_pool_committed_bytes": "none",
     "localpv_dynamic_pool_allocated_bytes": "none",
     "localpv_dynamic_pool_images": "none",
+    "localpv_dynamic_pool_unwritten_bytes": "none",
+    "localpv_dynamic_pool_at_risk_bytes": "none",
 }
 
 
@@ -136,6 +138,7 @@ def dynamic_registry() -> CollectorRegistry:
 
     metrics = DynamicMetrics()
     metrics.watch_pools(dict)
+    metrics.watch_pool_risks(dict)
     return metrics.registry
 
 

@@ -57,15 +57,24 @@ class AgentService:
                 self.dynamic = start_dynamic(self.api, node_name=options.node_name,
                                              config=lambda: self.agent.config.current,
                                              state_dir=options.state_dir or "", kubelet_dir=self.process.kubelet_dir,
-                                             registry=self.metrics.registry)
+                                             registry=self.metrics.registry,
+                                             volume_health_period=options.volume_health_period)
             except DynamicStartError as err:
                 raise AgentError(str(err)) from err
+            self.agent.condition_sources.append(self.dynamic.conditions)
         log.info("agent running on node %s", self.process.options.node_name)
 
     def stop(self) -> None:
         if self.dynamic is not None:
             self.dynamic.stop()
         self.agent.stop()
+
+    def status(self) -> dict[str, Any]:
+        """The agent's ``/status`` document, with the dynamic volumes' part when they run."""
+        doc = self.agent.status()
+        if self.dynamic is not None:
+            doc["dynamic"] = self.dynamic.status()
+        return doc
 
     def ready(self) -> Verdict:
         return self.agent.readiness()
@@ -85,7 +94,7 @@ def run(process: AgentProcess, journal: Journal, *, transport: Transport, listen
     agent = NodeAgent(api, process.options, process.config, journal, metrics=metrics)
     service = AgentService(agent, api, metrics, process)
     serve(service, registry=metrics.registry, listener=listener, metrics_path=process.metrics_path,
-          documents={"/status": agent.status}, loopback_only=("/status",), connection=transport.about())
+          documents={"/status": service.status}, loopback_only=("/status",), connection=transport.about())
 
 
 def journal_path(state_dir: str) -> str:

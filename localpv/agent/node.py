@@ -169,7 +169,9 @@ class NodeAgent:
         self._released = ReleasedTracker()
         self.metrics.watch_volumes(self._volume_figures)
         self.health = HealthReporter()
-        self.metrics.watch_volume_conditions(self.health.gauge)
+        #: More ``localpv_volume_condition`` samples (dynamic volumes' watch, when it runs).
+        self.condition_sources: list[Callable[[], dict[tuple[str, str], float]]] = []
+        self.metrics.watch_volume_conditions(self._condition_samples)
         self.cleaner_records = ProcessRecords(os.path.join(options.state_dir, "cleaners") if options.state_dir
                                               else None)
         self.pvs: Informer | None = None
@@ -397,6 +399,12 @@ class NodeAgent:
         problems = [f"{k}: {v}" for k, v in plan_.class_errors.items()]
         problems += [f"{s.path}: {s.reason}" for s in plan_.skipped if s.error]
         return False, "discovererNotReady: " + "; ".join(problems[:5])
+
+    def _condition_samples(self) -> dict[tuple[str, str], float]:
+        samples = self.health.gauge()
+        for source in self.condition_sources:
+            samples.update(source())
+        return samples
 
     def _static_pvs(self) -> list[Obj]:
         """This node's PVs of static volumes. Dynamic (CSI) PVs carry the same node label, so

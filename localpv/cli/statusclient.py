@@ -62,6 +62,7 @@ def render_status(doc: dict[str, Any]) -> str:
     if known:
         lines += ["", "Identities (what each recorded volume is, whatever its device name):"]
         lines += [f"  {v['path']}: {v['identity']}" for v in known]
+    lines += _render_dynamic(doc.get("dynamic") or {})
     errors = doc.get("class_errors") or {}
     skipped = doc.get("skipped") or []
     if errors or skipped:
@@ -69,3 +70,28 @@ def render_status(doc: dict[str, Any]) -> str:
         lines += [f"  [{cls}] {why}" for cls, why in sorted(errors.items())]
         lines += [f"  {s['path']} [{s['class']}] {s['reason']}" for s in skipped]
     return "\n".join(lines) + "\n"
+
+
+def _mib(value: object) -> str:
+    return f"{int(str(value or 0)) >> 20}Mi"
+
+
+def _render_dynamic(dynamic: dict[str, Any]) -> list[str]:
+    """Dynamic volumes: each image recorded (what it is, where it is staged, its health) and
+    each pool (its room, what is promised, what thin images may still write)."""
+    if not dynamic:
+        return []
+    lines = ["", "Dynamic volumes:"]
+    rows: list[tuple[str, ...]] = [("VOLUME", "POOL", "SIZE", "TYPE", "IMAGE", "PHASE", "CLAIM", "HEALTH", "STAGED")]
+    for i in dynamic.get("images") or []:
+        health = ",".join(i.get("health") or []) or ("ok" if i.get("phase") in ("Bound", "Available") else "")
+        rows.append((i["volume"], i.get("pool") or "", _mib(i.get("size")), i.get("provisioning") or "",
+                     i.get("state") or "", i.get("phase") or "", i.get("claim") or "", health, i.get("staged") or ""))
+    lines += _table(rows) if len(rows) > 1 else ["  (no images)"]
+    pools: list[tuple[str, ...]] = [("POOL", "STATE", "SIZE", "FREE", "PROMISED", "UNWRITTEN", "IMAGES")]
+    for p in dynamic.get("pools") or []:
+        pools.append((p["pool"], p.get("state") or "", _mib(p.get("capacity")), _mib(p.get("free")),
+                      _mib(p.get("promised")), _mib(p.get("unwritten")), str(p.get("images") or 0)))
+    lines += ["", *_table(pools)]
+    lines += [f"  at risk: {p['risk']}" for p in dynamic.get("pools") or [] if p.get("risk")]
+    return lines

@@ -38,6 +38,9 @@ class PoolConfig:
     require_mount: bool = True
     overcommit: float = 1.0
     reserved: int = 0
+    #: How full the pool's filesystem may get while thin promises are not backed before the
+    #: tenants who may still write are warned (and the alert fires): a high-water mark.
+    high_water: float = 0.9
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,22 @@ def _parse_overcommit(value: Any, path: str, problems: _Problems) -> float | Non
     except ValueError:
         number = 0.0
     if not 1.0 <= number <= MAX_OVERCOMMIT:  # NaN compares false: refused too
+        problems.error(path, f"{expected}, got {_describe(value)}")
+        return None
+    return number
+
+
+def _parse_high_water(value: Any, path: str, problems: _Problems) -> float | None:
+    expected = ("expected a fraction from 0.5 to 1 (how full the pool may get while thin promises are not backed "
+                "before tenants are warned)")
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        problems.error(path, f"{expected}, got {_describe(value)}")
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not 0.5 <= number <= 1.0:  # NaN compares false: refused too
         problems.error(path, f"{expected}, got {_describe(value)}")
         return None
     return number
@@ -123,6 +142,10 @@ POOL_KEYS: dict[str, KeySpec] = {
                                upstream=False),
     "reserved": KeySpec("reserved", _parse_bytes,
                              "Bytes of the pool never promised nor allocated. Default 0.", upstream=False),
+    "highWater": KeySpec("high_water", _parse_high_water,
+                         "How full the pool's filesystem may get, while what thin images may still write exceeds "
+                         "its free space, before their claims and the Node are warned and the alert fires: 0.5 to 1. "
+                         "Default 0.9.", upstream=False),
 }
 
 CLASS_KEYS: dict[str, KeySpec] = {
@@ -271,7 +294,8 @@ def check(values: Mapping[str, Any], problems: _Problems) -> None:
 
 def pools_to_data(pools: Mapping[str, PoolConfig]) -> dict[str, Any]:
     return {name: {"hostDir": p.host_dir, "mountDir": p.mount_dir, "requireMount": p.require_mount,
-                   "overcommit": p.overcommit, "reserved": p.reserved} for name, p in pools.items()}
+                   "overcommit": p.overcommit, "reserved": p.reserved, "highWater": p.high_water}
+            for name, p in pools.items()}
 
 
 def classes_to_data(classes: Mapping[str, DynamicClass]) -> dict[str, Any]:

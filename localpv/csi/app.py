@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping
 from prometheus_client import CollectorRegistry
 
 from localpv.config import ProvisionerConfig
+from localpv.csi import provisioner as rules
 from localpv.csi.controller import DynamicController, DynamicSettings
+from localpv.csi.health import PoolRisk
 from localpv.csi.identity import IdentityService
 from localpv.csi.journal import ImageJournal, ImageJournalError
 from localpv.csi.metrics import DynamicMetrics, PoolFigures
@@ -24,8 +26,10 @@ from localpv.csi.node import SERVER_THREADS, NodeService
 from localpv.csi.pools import Pool, PoolState
 from localpv.csi.registration import RegistrationService, SocketPaths
 from localpv.csi.rpc import SocketInUse, UnixServer
+from localpv.csi.watch import HealthWatch
 from localpv.kube.api import KubeApi
 from localpv.kube.events import EventRecorder
+from localpv.kube.objects import Obj
 from localpv.kube.resources import NODES
 from localpv.naming import HOSTNAME_LABEL_KEY
 
@@ -38,12 +42,14 @@ class DynamicVolumes:
     """The CSI servers and the controller of one node; ``problems`` feeds ``/healthz``."""
 
     def __init__(self, api: KubeApi, *, node_name: str, config: Callable[[], ProvisionerConfig], state_dir: str,
-                 kubelet_dir: str, registry: CollectorRegistry | None = None) -> None:
+                 kubelet_dir: str, registry: CollectorRegistry | None = None,
+                 volume_health_period: float = 60.0) -> None:
         self.config = config
         self._pools: dict[object, Pool] = {}
         self.journal = ImageJournal(os.path.join(state_dir, JOURNAL_FILE))
         self.metrics = DynamicMetrics(registry)
         self.metrics.watch_pools(self.pool_figures)
+        self.metrics.watch_pool_risks(lambda: {name: r.unbacked for name, r in self.pool_risks().items()})
         driver = config().csi_driver_name
         node = api.get(NODES, node_name)
         hostname = str((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL_KEY) or node_name)
@@ -53,6 +59,9 @@ class DynamicVolumes:
                                             metrics=self.metrics)
         self.paths = SocketPaths(kubelet_dir, driver)
         self.node = NodeService(node_name, self.pools, on_expanded=self.controller.expander.filesystem_grown)
+        self.watch = HealthWatch(node=lambda: node, pvs=self._volumes, pools=self.pools, staged=self.node.staged,
+                                 risks=self.pool_risks, recorder=self.recorder, period=volume_health_period)
+        self.node.on_change = self.watch.poke
         self.identity = IdentityService(driver, ready=self.controller.synced.is_set)
         self.registration = RegistrationService(driver, self.paths.csi)
         observe = self.metrics.observe_call
@@ -71,6 +80,59 @@ class DynamicVolumes:
             result[name] = pool
         return result
 
+    def _volumes(self) -> list[Obj]:
+        """This node's dynamic PVs (the controller's cache is filtered by the node label)."""
+        driver = self.config().csi_driver_name
+        return [pv for pv in self.controller.pvs.list() if rules.is_ours(pv, driver)]
+
+    def conditions(self) -> dict[tuple[str, str], float]:
+        """``localpv_volume_condition`` samples of dynamic volumes."""
+        return self.watch.reporter.gauge()
+
+    def status(self) -> dict[str, object]:
+        """``localpv status``'s dynamic part: every image recorded, its health, and each pool."""
+        staged = self.node.staged()
+        pvs = {str(pv["metadata"]["name"]): pv for pv in self._volumes()}
+        images = []
+        for name, record in sorted(self.journal.snapshot().items()):
+            pv = pvs.get(name) or {}
+            images.append({
+                "volume": name, "pool": record.pool, "size": record.size, "provisioning": record.provisioning,
+                "state": record.state.value, "claim": record.claim,
+                "phase": (pv.get("status") or {}).get("phase", "(no PV)" if not pv else ""),
+                "staged": staged.get(name, ""), "health": self.watch.reporter.of(name)})
+        risks = self.pool_risks()
+        pools = [{"pool": name, "state": self.pools()[name].state()[0].value, "capacity": f.capacity, "free": f.free,
+                  "promised": f.committed, "unwritten": f.unwritten, "images": f.images,
+                  "risk": risks[name].sentence() if name in risks else ""}
+                 for name, f in sorted(self.pool_figures().items())]
+        return {"images": images, "pools": pools}
+
+    def pool_risks(self) -> dict[str, PoolRisk]:
+        """Pools at risk: what their thin images may still write exceeds their free space (less
+        ``reserved``), and the filesystem is fuller than the pool's high-water mark.
+
+        Free space here is what the loop devices' writes can take: the filesystem's free blocks
+        including those ext4 keeps for root (the loop device writes from a kernel thread). An
+        over-committed pool has promises it cannot back by design; it is said to be at risk only
+        once it fills up past the mark - before the first write fails, not at the first claim.
+        """
+        risks = {}
+        for name, figures in self.pool_figures().items():
+            pool = self.pools()[name]
+            if not figures.capacity or not figures.unwritten:
+                continue
+            try:
+                st = os.statvfs(pool.config.mount_dir)
+            except OSError:
+                continue
+            free = st.f_bfree * st.f_frsize
+            room = max(0, free - pool.config.reserved)
+            used = 1 - free / (st.f_blocks * st.f_frsize or 1)
+            if figures.unwritten > room and used >= pool.config.high_water:
+                risks[name] = PoolRisk(name, free, figures.unwritten, figures.unwritten - room)
+        return risks
+
     def pool_figures(self) -> dict[str, PoolFigures]:
         figures = {}
         records = self.journal.snapshot().values()
@@ -81,18 +143,22 @@ class DynamicVolumes:
                 figures[name] = PoolFigures(0, 0, committed, 0, len(mine))
                 continue
             room = pool.room(committed)
-            allocated = 0
+            allocated = unwritten = 0
             for record in mine:
                 try:
-                    allocated += pool.images.usage(record.volume).allocated
+                    usage = pool.images.usage(record.volume)
                 except Exception:  # an image being made or removed: counted next scrape
                     continue
-            figures[name] = PoolFigures(room.capacity, room.free, committed, allocated, len(mine))
+                allocated += usage.allocated
+                if record.provisioning != "thick":
+                    unwritten += max(0, usage.size - usage.allocated)
+            figures[name] = PoolFigures(room.capacity, room.free, committed, allocated, len(mine), unwritten)
         return figures
 
     def start(self) -> None:
         self.recorder.start()
         self.controller.start()
+        self.controller.supervisor.spawn("csi-health", self.watch.run)
         self.csi_server.start()
         # Registration last: the kubelet calls NodeGetInfo on the CSI socket as soon as it sees it.
         self.registration_server.start()
@@ -100,6 +166,7 @@ class DynamicVolumes:
                  self.paths.csi, self.paths.registration)
 
     def stop(self) -> None:
+        self.watch.stop()
         self.registration_server.stop()
         self.csi_server.stop()
         self.controller.stop()
@@ -107,7 +174,7 @@ class DynamicVolumes:
         self.recorder.stop()
 
     def problems(self) -> list[str]:
-        found = self.controller.problems()
+        found = self.controller.problems() + self.watch.problems()
         found += [f"{s.path} is not served" for s in (self.csi_server, self.registration_server) if not s.serving]
         refused = self.registration.problem()
         return found + ([refused] if refused else [])
@@ -118,11 +185,11 @@ class DynamicStartError(Exception):
 
 
 def start_dynamic(api: KubeApi, *, node_name: str, config: Callable[[], ProvisionerConfig], state_dir: str,
-                  kubelet_dir: str, registry: CollectorRegistry) -> DynamicVolumes:
+                  kubelet_dir: str, registry: CollectorRegistry, volume_health_period: float = 60.0) -> DynamicVolumes:
     """The agent's hook: build and start everything dynamic volumes need on this node."""
     try:
         dynamic = DynamicVolumes(api, node_name=node_name, config=config, state_dir=state_dir,
-                                 kubelet_dir=kubelet_dir, registry=registry)
+                                 kubelet_dir=kubelet_dir, registry=registry, volume_health_period=volume_health_period)
         dynamic.start()
     except (ImageJournalError, SocketInUse) as err:
         raise DynamicStartError(str(err)) from err

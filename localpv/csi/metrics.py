@@ -28,6 +28,8 @@ class PoolFigures:
     committed: int
     allocated: int
     images: int
+    #: What the pool's thin images may still write (their sizes less what they have taken).
+    unwritten: int = 0
 
 
 class _PoolGauges(Collector):
@@ -50,6 +52,10 @@ class _PoolGauges(Collector):
                                            labels=["pool"]),
             "images": GaugeMetricFamily("localpv_dynamic_pool_images", "Images recorded in each pool.",
                                         labels=["pool"]),
+            "unwritten": GaugeMetricFamily("localpv_dynamic_pool_unwritten_bytes",
+                                           "What the pool's thin images may still write (their sizes less the bytes "
+                                           "they take): more than the pool's free space less reserved means some "
+                                           "tenant's writes will fail below its size.", labels=["pool"]),
         }
         for pool, f in sorted(figures.items()):
             for key, family in families.items():
@@ -83,3 +89,15 @@ class DynamicMetrics:
 
     def watch_pools(self, read: Callable[[], dict[str, PoolFigures]]) -> None:
         self.registry.register(_PoolGauges(read))
+
+    def watch_pool_risks(self, read: Callable[[], dict[str, int]]) -> None:
+        """``localpv_dynamic_pool_at_risk_bytes``: for each pool at risk (fuller than its
+        high-water mark while its free space cannot hold what its thin images may still write),
+        the bytes of those promises it cannot hold; no series for a pool that is not."""
+        from localpv.gauges import LabelledGauge
+
+        self.registry.register(LabelledGauge(
+            "localpv_dynamic_pool_at_risk_bytes",
+            "Bytes that thin images of a pool past its high-water mark may still write and its free space "
+            "(less reserved) cannot hold; no series while the pool is not at risk.", ("pool",),
+            lambda: {(pool,): float(unbacked) for pool, unbacked in read().items()}))

@@ -108,10 +108,15 @@ class NodeService:
     """``pools`` returns the pools configured now (a reloaded ConfigMap applies at once)."""
 
     def __init__(self, node_name: str, pools: Callable[[], Mapping[str, Pool]], *,
-                 on_expanded: ExpandedHook | None = None) -> None:
+                 on_expanded: ExpandedHook | None = None, on_change: Callable[[], None] | None = None) -> None:
         self.node_name = node_name
         self.pools = pools
         self.on_expanded = on_expanded
+        #: Called after a volume was staged or unstaged (the health watch looks again).
+        self.on_change = on_change
+        #: Where each volume was staged by this process (volume -> staging path), for the health
+        #: watch: a staging mount that disappears under the kubelet is said on the volume.
+        self._staged: dict[str, str] = {}
         self._busy: set[str] = set()
         self._busy_guard = threading.Lock()
         self._slow = threading.BoundedSemaphore(SLOW_CALLS)
@@ -184,7 +189,19 @@ class NodeService:
             pool = self._pool(context, volume_id)
             fs_type = capability.mount.fs_type or "ext4"
             self._stage(pool, volume_id, staging, fs_type, flags, context.get(FS_UUID), thick=thick)
+            with self._busy_guard:
+                self._staged[volume_id] = os.path.realpath(staging)
+        self._changed()
         return csi.NodeStageVolumeResponse()
+
+    def staged(self) -> dict[str, str]:
+        """Where this process staged each volume that is still staged (volume -> staging path)."""
+        with self._busy_guard:
+            return dict(self._staged)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def _stage(self, pool: Pool, volume_id: str, staging: str, fs_type: str, flags: list[str],
                expected_uuid: str | None, *, thick: bool) -> None:
@@ -249,6 +266,9 @@ class NodeService:
             info = mounting.mount_at(staging)
             if info is not None:
                 self._unmount_staged(volume_id, staging, mounting.device_of(info))
+            with self._busy_guard:
+                self._staged.pop(volume_id, None)
+        self._changed()
         log.info("volume %s unstaged from %s", volume_id, staging)
         return csi.NodeUnstageVolumeResponse()
 

@@ -28,6 +28,10 @@ class Condition(enum.StrEnum):
     UNRESPONSIVE = "Unresponsive"  # statfs/stat did not answer in time (hung storage)
     UNREADABLE = "Unreadable"  # looking at it fails (EIO, ENOTCONN...)
     FILESYSTEM_ERRORS = "FilesystemErrors"  # ext4's error count grew
+    # Dynamic volumes (localpv.csi.health):
+    POOL_UNAVAILABLE = "PoolUnavailable"  # the image's pool cannot be looked at (its disk is not mounted)
+    POOL_OVERCOMMITTED = "PoolOvercommitted"  # the pool cannot hold what its thin volumes may still write
+    ALLOCATION_LOST = "AllocationLost"  # a thick image lost blocks (discarded) that cannot be taken back
 
 
 @dataclass(frozen=True)

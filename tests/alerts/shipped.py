@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from tools.metrics_doc import agent_registry, nfs_registry, node_cleanup_registry
+from tools.metrics_doc import agent_registry, dynamic_registry, nfs_registry, node_cleanup_registry
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "helm" / "localpv" / "files"
@@ -111,10 +111,11 @@ _SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count
 
 
 def exported_metric_names() -> frozenset[str]:
-    """Every series name a localpv process can export: the agent's, the NFS provisioner's
-    and node cleanup's registries, built as the processes build them (the ones the metrics
-    reference is generated from) and read the way a scrape reads them."""
-    registries = [agent_registry(), nfs_registry(), node_cleanup_registry()]
+    """Every series name a localpv process can export: the agent's (with what dynamic volumes
+    add to it), the NFS provisioner's and node cleanup's registries, built as the processes
+    build them (the ones the metrics reference is generated from) and read the way a scrape
+    reads them."""
+    registries = [agent_registry(), dynamic_registry(), nfs_registry(), node_cleanup_registry()]
     names: set[str] = set()
     for registry in registries:
         for family in registry.collect():
