@@ -29,7 +29,7 @@ The rules, in order of precedence for each volume path:
    collision). While the journal is recovering (it did not exist at start: first start
    or lost state dir), a volume without any record is cleaned before its first offer.
 
-One module per rule: :mod:`.usage` (2), :mod:`.identities` (3), :mod:`.release` (1 and 4),
+One module per rule: :mod:`.usage` (2), :mod:`.identities` and :mod:`.volatile` (3), :mod:`.release` (1 and 4),
 :mod:`.discovery` (5); :mod:`.common` holds what they share.
 """
 
@@ -38,9 +38,10 @@ from __future__ import annotations
 from localpv.agent.model import Plan, World
 from localpv.agent.planner.common import _scanned_volumes
 from localpv.agent.planner.discovery import _plan_discovery
-from localpv.agent.planner.identities import _follow_identities, _follow_volumes, _learn_identities
+from localpv.agent.planner.identities import _follow_identities, _learn_identities
 from localpv.agent.planner.release import _plan_deletions, _plan_orphans
 from localpv.agent.planner.usage import _track_usage
+from localpv.agent.planner.volatile import _follow_volumes
 from localpv.kube.objects import Obj, pv_host_path
 
 __all__ = ["plan"]
