@@ -186,6 +186,12 @@ def _already_empty(path: str, mount_dir: str | None, require_mount_point: bool, 
         return False
 
 
+def volume_is_empty(path: str, mount_dir: str, *, require_mount_point: bool = True) -> bool:
+    """The mounted volume at ``path``, directly inside ``mount_dir``, holds nothing (looked at
+    through the bounded probes; False when that cannot be told in time)."""
+    return _already_empty(path, mount_dir, require_mount_point, "")
+
+
 def filesystem_cleaner(
     container_path: str,
     mount_dir: str | None,

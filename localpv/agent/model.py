@@ -70,6 +70,12 @@ class World:
     now: float
     #: The journal did not exist at start and has not yet seen every discovery directory.
     recovering: bool = False
+    #: This boot's id (:func:`localpv.host.identity.boot_id`): device and inode numbers recorded
+    #: in another boot name nothing now.
+    boot: str = ""
+    #: Host paths of volumes looked at in this pass and found empty (only those whose record knows
+    #: them by the numbers of another boot are looked at: see :mod:`localpv.agent.planner.volatile`).
+    empty: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,12 @@ The rules, in order of precedence for each volume path:
    Our own PV (the recorded uid) is not left on offer either while its volume is not
    known clean (journal ``used`` or ``cleaning``: its ``claimRef`` was removed by hand):
    see :func:`_unclaimed_while_dirty` for what is done, by state and reclaim policy.
-3. A volume is what it is, not how it is spelled: an entry whose identity (device and
-   inode, or major:minor) belongs to a recorded volume under another path is that volume.
-   It is not offered while that record is not clean; a record whose own path is gone
-   (``hostDir`` changed to an alias) follows its volume to the new path.
+3. A volume is what it is, not how it is spelled or numbered: its stable identity
+   (filesystem UUID, WWN...), or for a volume without one its device and inode numbers
+   within one boot. An entry that is a recorded volume under another path is that volume:
+   it is not offered while that record is not clean, and a record follows its volume to
+   another path only where nobody else has that path. A path that shows another volume than
+   its record is held: not cleaned, offered, nor its PV deleted.
 4. Released + Delete PVs are cleaned; only a succeeded cleanup (journal ``clean``) lets
    the PV be deleted, after which discovery offers the volume again under the same name.
 5. Discovery creates one PV per eligible entry, never two for one path (across classes)

@@ -8,7 +8,15 @@ from dataclasses import replace
 
 from localpv.agent.journal import CLEAN, CLEANING, JournalEntry, detached_key, is_detached
 from localpv.agent.model import EventSpec, Held, Plan, RetractPV, World
-from localpv.agent.planner.common import _moved, _node_event_target, _replaceable, _set, _Volume, pv_on_offer
+from localpv.agent.planner.common import (
+    _moved,
+    _node_event_target,
+    _replaceable,
+    _seen_as,
+    _set,
+    _Volume,
+    pv_on_offer,
+)
 from localpv.kube.events import WARNING
 from localpv.kube.objects import (
     Obj,
@@ -71,8 +79,8 @@ def _follow_identities(
             continue
         here = volumes.get(path)
         if here is not None and here.identity == record.identity:
-            if here.ident != record.ident:  # the numbers of this boot, for aliases and older agents
-                _set(journal, out, path, replace(record, ident=here.ident))
+            if here.ident != record.ident or (here.ident and record.boot != world.boot):
+                _set(journal, out, path, _seen_as(world, record, here))  # this boot's numbers, for aliases
             continue
         pv = by_path.get(path)
         if here is not None and pv is not None and pv_on_offer(pv):
@@ -121,10 +129,11 @@ _REMEDY = ("mount each disk at its own path again, by UUID or WWN rather than by
            "on by itself. Nothing on either path is cleaned, offered or deleted meanwhile")
 
 
-def _hold(world: World, out: Plan, path: str, record: JournalEntry, why: str, pvs: Sequence[Obj | None]) -> None:
+def _hold(world: World, out: Plan, path: str, record: JournalEntry, why: str, pvs: Sequence[Obj | None],
+          remedy: str = _REMEDY) -> None:
     """Hold ``path`` for this pass and say why on the Node, the PVs and their live claims."""
     out.held[path] = Held(path, record.cls, why)
-    message = f"{why}. What to do: {_REMEDY}"
+    message = f"{why}. What to do: {remedy}"
     targets: list[Obj] = [_node_event_target(world.node)]
     for pv in pvs:
         if pv is not None:
@@ -207,7 +216,7 @@ def _on_replaced(
     _set(journal, out, path, None)
     state = CLEANING if record.state != CLEANING else record.state
     since = world.now if state != record.state else record.since
-    _set(journal, out, detached_key(record.identity), replace(record, state=state, since=since, ident=""))
+    _set(journal, out, detached_key(record.identity), replace(record, state=state, since=since, ident="", boot=""))
     out.events.append(EventSpec(_node_event_target(world.node), WARNING, "VolumeReplaced",
                                 f"{what}: the disk was replaced, or the recorded one is not mounted now. Its record "
                                 "is kept: wherever it appears again it is cleaned before it is offered. The volume "
