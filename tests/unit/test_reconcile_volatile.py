@@ -188,6 +188,43 @@ def test_a_record_from_before_boot_ids_that_matches_learns_this_boot() -> None:
     assert journal_after(w, result)["/mnt/disks/a"].boot == BOOT
 
 
+# --------------------------------------------------------------------------- item 2: learning identities
+
+
+def disk(name: str, dev: int, uuid: str) -> Entry:
+    return Entry(name, f"/discovery/disks/{name}", EntryKind.MOUNTPOINT, 10 * GiB, ident=f"fs:{dev}:2",
+                 identity=Identity(f"fs:uuid={uuid}", "filesystem UUID (libblkid)"))
+
+
+def test_a_record_from_before_identities_learns_the_disk_its_numbers_show_not_the_one_at_its_path() -> None:
+    journal = {"/mnt/disks/a": replace(jentry(USED, "a", pv_uid="uid-a", claim="claim-of-uid-a"), ident="fs:2049:2"),
+               "/mnt/disks/b": replace(jentry(USED, "b", pv_uid="uid-b", claim="claim-of-uid-b"), ident="fs:2050:2")}
+    w = world([disk("a", 2050, "bbbb"), disk("b", 2049, "aaaa")], journal,
+              [make_pv("a", phase="Released", uid="uid-a"), make_pv("b", phase="Bound", uid="uid-b")])
+    result = plan(w)
+    after = journal_after(w, result)
+    assert after["/mnt/disks/a"].identity == "fs:uuid=aaaa" and after["/mnt/disks/b"].identity == "fs:uuid=bbbb"
+    assert result.cleanups == [] and set(result.held) == {"/mnt/disks/a", "/mnt/disks/b"}
+    assert "VolumeIdentityMismatch" in reasons(result)
+
+
+def test_a_record_from_before_identities_learns_its_own_disk_in_place() -> None:
+    journal = {"/mnt/disks/a": replace(jentry(USED, "a", pv_uid="uid-a", claim="claim-of-uid-a"), ident="fs:2049:2")}
+    w = world([disk("a", 2049, "aaaa")], journal, [make_pv("a", phase="Released", uid="uid-a")])
+    result = plan(w)
+    assert journal_after(w, result)["/mnt/disks/a"].identity == "fs:uuid=aaaa"
+    assert [c.host_path for c in result.cleanups] == ["/mnt/disks/a"] and result.held == {}
+
+
+def test_another_boots_numbers_teach_no_identity() -> None:
+    journal = {"/mnt/disks/a": rec(USED, "a", 2049, boot=EARLIER, pv_uid="uid-a", claim="claim-of-uid-a")}
+    w = world([disk("a", 2050, "bbbb"), disk("b", 2049, "aaaa")], journal,
+              [make_pv("a", phase="Released", uid="uid-a")])
+    result = plan(w)
+    assert journal_after(w, result)["/mnt/disks/a"].identity == ""
+    assert result.cleanups == [] and "/mnt/disks/a" in result.held
+
+
 # --------------------------------------------------------------------------- property
 
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from localpv.agent.journal import CLEAN, CLEANING, JournalEntry, detached_key, is_detached
 from localpv.agent.model import EventSpec, Held, Plan, RetractPV, World
 from localpv.agent.planner.common import (
+    _by_ident,
     _moved,
     _node_event_target,
     _replaceable,
@@ -28,16 +29,32 @@ from localpv.kube.objects import (
 from localpv.kube.objects import meta as pv_meta
 
 
-def _learn_identities(journal: dict[str, JournalEntry], volumes: Mapping[str, _Volume], out: Plan) -> None:
+def _learn_identities(
+    world: World, journal: dict[str, JournalEntry], volumes: Mapping[str, _Volume], out: Plan
+) -> None:
     """A record without a stable identity (written before identities, or its volume's could
-    not be read) learns the one its path shows, when that is the volume it recorded by the
-    numbers of this boot (or it recorded none). From then on it is known by what it is."""
+    not be read) learns the identity of the volume it recorded: the one that shows its numbers
+    of this boot, wherever that is now. From then on it is known by what it is.
+
+    Never from what its path shows instead: two disks swapped before the first pass after an
+    upgrade (``mount --move``, a remount by label) each keep their numbers, which then prove the
+    swap; a record that took the identity at its path would know the other tenant's disk as
+    its own, for good, and clean it. Learnt from where its numbers are, the record finds its
+    disk at the other path, and :func:`_follow_identities` holds both paths or follows it. A
+    record without numbers (made from a PV at first sight) learns what its path shows; one
+    whose numbers are another boot's learns nothing here (see :mod:`.volatile`).
+    """
+    by_ident = _by_ident(volumes)
     for path, record in sorted(journal.items()):
-        here = volumes.get(path)
-        if record.identity or here is None or not here.identity or record.state == CLEAN:
+        if record.identity or record.state == CLEAN or is_detached(path):
             continue
-        if not record.ident or record.ident == here.ident:
-            _set(journal, out, path, replace(record, identity=here.identity, ident=here.ident))
+        known = record.numbers_in(world.boot)
+        if known:
+            found = {volume.identity for volume in by_ident.get(known, [])}
+            if len(found) == 1 and (identity := found.pop()):
+                _set(journal, out, path, replace(record, identity=identity, boot=world.boot))
+        elif not record.ident and (here := volumes.get(path)) is not None and here.identity:
+            _set(journal, out, path, replace(_seen_as(world, record, here), identity=here.identity))
 
 
 def _by_identity(volumes: Mapping[str, _Volume]) -> dict[str, list[_Volume]]:
