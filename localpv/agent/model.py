@@ -104,6 +104,9 @@ class StartCleanup:
     #: a cleanup Job may start minutes after this plan, and the disk at the path may have
     #: changed meanwhile.
     identity: str = ""
+    #: For a volume without one: its device and inode (or major:minor) numbers of this boot, which
+    #: the in-process cleaner checks when it starts ("" when not known).
+    numbers: str = ""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ hold data.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +183,23 @@ def test_after_a_reboot_an_empty_volume_without_identity_is_cleaned_without_a_wo
              timeout=20, what="a cleaned and offered again")
     assert events(agent_env, "VolumeIdentityMismatch") == []
     assert Journal(agent_env.state_dir / "journal.json").get("/mnt/disks/a").boot == "boot-2"
+
+
+def test_a_cleanup_that_starts_after_the_mounts_were_swapped_refuses_the_other_volume(
+    tmp_path: Path, mounter: Mounter
+) -> None:
+    """A cleanup waits for a free worker, or is retried minutes later: the volume at the path
+    when it starts must still be the one it was decided for (its numbers of this boot)."""
+    from localpv.agent.cleaning import filesystem_cleaner
+
+    disks = tmp_path / "disks"
+    path_a, path_b = mounter.tmpfs(disks / "a"), mounter.tmpfs(disks / "b")
+    (path_a / "released").write_text("tenant a")
+    (path_b / "bound").write_text("tenant b")
+    clean = filesystem_cleaner(str(path_a), str(disks), timeout=30, expect_numbers=numbers(path_a))
+    swap(path_a, path_b, tmp_path / "spare")
+    outcome = clean(threading.Event())
+    assert not outcome.ok and numbers(path_b) in outcome.message and "swapped" in outcome.message, outcome
+    assert (path_a / "bound").read_text() == "tenant b"
+    swap(path_a, path_b, tmp_path / "spare")
+    assert clean(threading.Event()).ok and os.listdir(path_a) == []

@@ -74,6 +74,7 @@ def test_swapped_back_the_held_cleanup_goes_on_on_its_own_volume() -> None:
     fixed = replace(swapped(), scans={"sc1": [tmpfs("a", 40), tmpfs("b", 41)]})
     result = plan(fixed)
     assert result.held == {} and [c.host_path for c in result.cleanups] == ["/mnt/disks/a"]
+    assert [(c.identity, c.numbers) for c in result.cleanups] == [("", "fs:40:1")], "the cleaner checks them"
 
 
 def test_a_pv_on_offer_over_another_volume_is_taken_off_offer_and_its_old_volume_held() -> None:
