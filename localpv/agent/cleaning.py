@@ -186,6 +186,32 @@ def _already_empty(path: str, mount_dir: str | None, require_mount_point: bool, 
         return False
 
 
+def _numbers_problem(path: str, expected: str, *, block: bool) -> str | None:
+    """Why the volume at ``path`` is not the one numbered ``expected`` in this boot (the journal's
+    ``ident``, spelled as :mod:`localpv.host.scan` spells it), None when it is. For volumes
+    without a stable identity, whose numbers are all the cleaner can check."""
+    def look() -> str:
+        st = os.stat(path)
+        return f"blk:{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}" if block else f"fs:{st.st_dev}:{st.st_ino}"
+
+    try:
+        found = default_probes().run(f"numbers:{path}", look, timeout=EMPTY_LOOK_TIMEOUT)
+    except StorageHung as hung:
+        return f"refusing to clean {path}: looking at it did not answer within {hung.timeout:g}s (hung storage?)"
+    except OSError as err:
+        return f"refusing to clean {path}: cannot tell which volume it is ({err.strerror})"
+    if found != expected:
+        return (f"refusing to clean {path}: it is the volume numbered {found}, not the volume {expected} this "
+                "cleanup is for (volumes swapped or moved since it was decided?)")
+    return None
+
+
+def volume_is_empty(path: str, mount_dir: str, *, require_mount_point: bool = True) -> bool:
+    """The mounted volume at ``path``, directly inside ``mount_dir``, holds nothing (looked at
+    through the bounded probes; False when that cannot be told in time)."""
+    return _already_empty(path, mount_dir, require_mount_point, "")
+
+
 def filesystem_cleaner(
     container_path: str,
     mount_dir: str | None,
@@ -195,10 +221,13 @@ def filesystem_cleaner(
     records: ProcessRecords | None = None,
     key: str = "",
     expect_identity: str = "",
+    expect_numbers: str = "",
 ) -> CleanFn:
     """Remove everything inside a mounted volume (never following links or crossing mounts),
     giving up when cancelled or after ``timeout`` seconds; with ``expect_identity``, only if
-    the volume is that one (see :mod:`localpv.host.identity`) when the cleaner starts.
+    the volume is that one (see :mod:`localpv.host.identity`) when the cleaner starts; with
+    ``expect_numbers`` (a volume without identity), only if it has those device and inode
+    numbers then.
 
     Refuses a path that is not an entry of ``mount_dir`` (compared as directories, not
     strings) or, unless ``require_mount_point`` is False, that is not a mount point.
@@ -223,6 +252,8 @@ def filesystem_cleaner(
 
     def clean(cancel: threading.Event) -> CleanOutcome:
         problem = _LINGERING.problem(container_path)
+        if problem is None and expect_numbers:
+            problem = _numbers_problem(container_path, expect_numbers, block=False)
         if problem is not None:
             return CleanOutcome(False, problem)
         if _already_empty(container_path, mount_dir, require_mount_point, expect_identity):
@@ -272,20 +303,23 @@ def block_cleaner(
     records: ProcessRecords | None = None,
     key: str = "",
     expect_identity: str = "",
+    expect_numbers: str = "",
 ) -> CleanFn:
     """Run the class's ``blockCleanerCommand`` with ``LOCAL_PV_BLKDEVICE`` set.
 
     The command is not started unless ``device_path`` is a block device that nothing uses
     (see :func:`~localpv.host.cleaner.block_device_problem`) and, with ``expect_identity``,
-    that is that very device (see :mod:`localpv.host.identity`), nor while a previous cleaner
-    of it is stuck in the kernel. With ``records``, the running process group is recorded
-    under ``key`` so that a restarted agent can kill it (it must never write on after a
-    newer clean finished).
+    that is that very device (see :mod:`localpv.host.identity`), or with ``expect_numbers``
+    the device of those numbers, nor while a previous cleaner of it is stuck in the kernel.
+    With ``records``, the running process group is recorded under ``key`` so that a restarted
+    agent can kill it (it must never write on after a newer clean finished).
     """
     argv = resolve_command(command)
 
     def clean(cancel: threading.Event) -> CleanOutcome:
         lingering = _LINGERING.problem(device_path)
+        if lingering is None and expect_numbers:
+            lingering = _numbers_problem(device_path, expect_numbers, block=True)
         if lingering is not None:
             return CleanOutcome(False, lingering)
         try:

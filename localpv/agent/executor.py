@@ -298,12 +298,12 @@ class Executor:
                                timeout=config.cleanup_timeout,
                                on_line=lambda line: self.procs.set_progress(cleanup.pv_name, line),
                                records=self.cleaner_records, key=cleanup.pv_name,
-                               expect_identity=cleanup.identity)
+                               expect_identity=cleanup.identity, expect_numbers=cleanup.numbers)
         else:
             fn = filesystem_cleaner(cleanup.container_path, cleanup.cls.mount_dir, timeout=config.cleanup_timeout,
                                     require_mount_point=self.require_mount_point,
                                     records=self.cleaner_records, key=cleanup.pv_name,
-                                    expect_identity=cleanup.identity)
+                                    expect_identity=cleanup.identity, expect_numbers=cleanup.numbers)
         self._cleanup_modes[cleanup.pv_name] = mode
         if self.procs.start(cleanup.pv_name, fn, pv_uid=uid):
             log.info("cleaning %s (%s, %s)", cleanup.host_path, "block" if cleanup.block else "filesystem",

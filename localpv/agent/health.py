@@ -35,13 +35,15 @@ def assess(
     pvs: Sequence[Obj],
     journal: Mapping[str, JournalEntry],
     baselines: Mapping[str, int],
+    boot: str = "",
 ) -> Assessment:
     """The health of every Bound or Available PV of a configured class, from this pass's look.
 
     ``baselines`` holds, by PV uid, the ext4 error count first seen for its volume: a count
     that grew since is abnormal; one that went down (``e2fsck`` resets it) becomes the new
     baseline. The counts are kept in memory: after an agent restart the current count is the
-    baseline (the event of the earlier growth stays on the claim).
+    baseline (the event of the earlier growth stays on the claim). ``boot`` is this boot's id:
+    a record without a stable identity knows its volume by the numbers of that boot only.
     """
     volumes: dict[str, VolumeHealth] = {}
     kept: dict[str, int] = {}
@@ -64,7 +66,7 @@ def assess(
             conditions[condition] = f"the discovery directory cannot be looked at: {scan}"
         else:
             entry = next((e for e in scan if e.path == container), None)
-            conditions.update(_entry_conditions(entry, path, block, journal.get(path)))
+            conditions.update(_entry_conditions(entry, path, block, journal.get(path), boot))
             if entry is not None and entry.fs_errors is not None and uid:
                 base = min(baselines.get(uid, entry.fs_errors), entry.fs_errors)
                 kept[uid] = base
@@ -76,7 +78,9 @@ def assess(
     return Assessment(volumes, kept)
 
 
-def _entry_conditions(entry: Entry | None, path: str, block: bool, record: JournalEntry | None) -> dict[Condition, str]:
+def _entry_conditions(
+    entry: Entry | None, path: str, block: bool, record: JournalEntry | None, boot: str
+) -> dict[Condition, str]:
     """The conditions one scanned entry shows for the PV of ``path``."""
     if entry is None:
         return {Condition.MISSING: f"{path} no longer exists on the node"}
@@ -102,6 +106,10 @@ def _entry_conditions(entry: Entry | None, path: str, block: bool, record: Journ
             found[Condition.IDENTITY_CHANGED] = (f"{path} holds volume {entry.identity.value}, not the volume "
                                                  f"{record.identity} this PV was offered with (disks renumbered or "
                                                  "swapped?): mount each disk at its own path, by UUID or WWN")
+    elif record is not None and (known := record.numbers_in(boot)) and entry.ident and entry.ident != known:
+        found[Condition.IDENTITY_CHANGED] = (f"{path} holds the volume numbered {entry.ident}, not the volume "
+                                             f"{known} this PV was offered with (mounts swapped or moved?): put "
+                                             "each volume back at its own path")
     if entry.read_only:
         found[Condition.READ_ONLY] = (f"{path} is read-only (remounted read-only after errors?): writes fail; check "
                                       "the kernel log and the disk")

@@ -10,11 +10,11 @@ the node (a hostPath state dir survives pod restarts), one entry per volume:
 ``cleaning`` a cleanup is required (or running) before the volume is offered again.
 ``clean``    a cleanup succeeded; the PV may be deleted and the volume re-offered.
 
-Entries are keyed by host path, and each also records what the volume *is*
-(``ident``: device and inode of a mount root, major:minor of a block device) and which
-PV object it was offered as (``pv_uid``). A path string or a PV name can be spelled again
-by anyone (an operator changing ``hostDir``, a GitOps tool re-applying a PV); an identity
-and a uid cannot, so the planner trusts those.
+Entries are keyed by host path, and each also records what the volume *is* (``identity``:
+filesystem UUID, WWN...; ``ident``: device and inode of a mount root, major:minor of a block
+device, with the ``boot`` they were seen in) and which PV object it was offered as (``pv_uid``).
+A path string or a PV name can be spelled again by anyone (an operator changing ``hostDir``,
+a GitOps tool re-applying a PV); an identity and a uid cannot, so the planner trusts those.
 
 A volume may be (re)discovered only when no entry names it (by path or by identity) or
 its entry is ``clean``. Any entry whose PV vanished without the agent cleaning it is
@@ -90,9 +90,23 @@ class JournalEntry:
     #: Additive like ``claim_name``: an older agent ignores it (and drops it when it rewrites
     #: the file; the record then learns it again, see docs/operations.md).
     identity: str = ""
+    #: The boot (``/proc/sys/kernel/random/boot_id``) in which ``ident`` was seen ("" in a record
+    #: written before boot ids). Device and inode numbers are dealt out again at every boot: a
+    #: record knows its volume by them only within the boot they were seen in (see
+    #: :mod:`localpv.agent.planner.volatile`). Additive like ``identity``.
+    boot: str = ""
 
     def with_state(self, state: JournalState, now: float) -> JournalEntry:
         return replace(self, state=state, since=now)
+
+    def numbers_in(self, boot: str) -> str:
+        """``ident`` if it was seen in boot ``boot``, "" if it is another boot's (or there is none).
+
+        A record written before boot ids (``boot`` "") is taken to be of this boot, as the agent
+        that wrote it took it: an upgrade does not reboot the node (docs/operations.md says what
+        is left to chance when it does).
+        """
+        return self.ident if self.ident and self.boot in ("", boot) else ""
 
 
 #: What a person should do about an unreadable journal. Moving it aside is safe because a
@@ -169,7 +183,7 @@ class Journal:
                                      since=float(raw["since"]), claim=str(raw.get("claim", "")),
                                      pv_uid=str(raw.get("pv_uid", "")), ident=str(raw.get("ident", "")),
                                      claim_name=str(raw.get("claim_name", "")),
-                                     identity=str(raw.get("identity", "")))
+                                     identity=str(raw.get("identity", "")), boot=str(raw.get("boot", "")))
                 entries[host_path] = entry
             return entries, bool(doc.get("recovering", False))
         except JournalError:

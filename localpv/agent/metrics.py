@@ -95,8 +95,9 @@ class AgentMetrics:
                                           "Reconcile passes that ended with an unexpected error.", registry=r)
         self.identity_mismatches = Gauge("localpv_volume_identity_mismatches",
                                          "Volume paths held because what they show is not (provably) the volume "
-                                         "recorded there: disks renumbered, swapped or replaced. Nothing on them "
-                                         "is cleaned, offered or deleted.", ["class"], registry=r)
+                                         "recorded there: disks renumbered, swapped or replaced, volumes without "
+                                         "identity moved, or known only by the numbers of an earlier boot. Nothing "
+                                         "on them is cleaned, offered or deleted.", ["class"], registry=r)
         self.hung_storage = Gauge("localpv_hung_storage",
                                   "Discovery entries and directories that did not answer in time, by class.",
                                   ["class"], registry=r)

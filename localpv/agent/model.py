@@ -70,6 +70,12 @@ class World:
     now: float
     #: The journal did not exist at start and has not yet seen every discovery directory.
     recovering: bool = False
+    #: This boot's id (:func:`localpv.host.identity.boot_id`): device and inode numbers recorded
+    #: in another boot name nothing now.
+    boot: str = ""
+    #: Host paths of volumes looked at in this pass and found empty (only those whose record knows
+    #: them by the numbers of another boot are looked at: see :mod:`localpv.agent.planner.volatile`).
+    empty: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,9 @@ class StartCleanup:
     #: a cleanup Job may start minutes after this plan, and the disk at the path may have
     #: changed meanwhile.
     identity: str = ""
+    #: For a volume without one: its device and inode (or major:minor) numbers of this boot, which
+    #: the in-process cleaner checks when it starts ("" when not known).
+    numbers: str = ""
 
 
 @dataclass(frozen=True)

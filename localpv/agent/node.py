@@ -16,10 +16,10 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from localpv.agent.cleaning import cleaner_processes
+from localpv.agent.cleaning import cleaner_processes, volume_is_empty
 from localpv.agent.executor import Executor
 from localpv.agent.health import assess
 from localpv.agent.jobs import JobCleaner
@@ -29,11 +29,13 @@ from localpv.agent.model import CleanupStatus, Plan, World
 from localpv.agent.pacing import PassPacing
 from localpv.agent.phases import ReleasedTracker
 from localpv.agent.planner import plan
+from localpv.agent.planner.volatile import emptiness_wanted
 from localpv.agent.proctable import DEFAULT_RETRY_BACKOFF, ProcTable
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
 from localpv.clock import Clock, SystemClock
 from localpv.config import ConfigError, ProvisionerConfig, load_config
 from localpv.host.cleaner import ProcessRecords
+from localpv.host.identity import boot_id
 from localpv.host.mounts import mount_points, read_mountinfo
 from localpv.host.probes import default_probes
 from localpv.host.scan import HUNG_STORAGE, Entry, ScanError, scan_directory
@@ -128,7 +130,9 @@ class NodeAgent:
         recorder: EventRecorder | None = None,
         mount_table: Callable[[], frozenset[str]] = mount_points,
         scanner: Callable[[str, frozenset[str]], list[Entry]] = scan_directory,
+        boot: str | None = None,
     ) -> None:
+        """``boot``: this boot's id (read from the kernel by default; tests play reboots with it)."""
         self.api = api
         self.options = options
         self.config = ConfigHolder(options.config_path, config)
@@ -137,6 +141,10 @@ class NodeAgent:
         self.clock = clock or SystemClock()
         self.mount_table = mount_table
         self.scanner = scanner
+        self.boot = boot_id() if boot is None else boot
+        if not self.boot:
+            log.warning("this boot's id cannot be read (is /proc mounted?): device and inode numbers recorded "
+                        "by earlier agents are taken as this boot's")
         self._recorder = recorder
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -439,6 +447,7 @@ class NodeAgent:
             volumes.append({
                 "path": path, "pv": name, "phase": (pv.get("status") or {}).get("phase", "(no PV)" if not pv else ""),
                 "identity": entry.identity if entry else "", "held": held.reason if held else "",
+                "numbers": entry.ident if entry else "", "boot": entry.boot if entry else "",
                 "health": self.health.of(str(name)) if pv else [],
                 "claim": f"{ref.get('namespace')}/{ref.get('name')}" if ref else "",
                 "journal": entry.state if entry else "", "cleanup": cleanup.state if cleanup else "",
@@ -542,11 +551,19 @@ class NodeAgent:
         for name in config.classes:
             sc = self.classes.get(name)
             storage_classes[name] = StorageClassInfo.from_object(sc) if sc is not None else None
-        return World(
+        world = World(
             config=config, node=self.node, provisioner=self.provisioner, storage_classes=storage_classes,
             scans=scans, pvs=self._static_pvs(), journal=self.journal.snapshot(), cleanups=self._cleanup_statuses(),
             collisions=dict(self.collisions), now=self.clock.now(), recovering=self.journal.recovering,
+            boot=self.boot,
         )
+        wanted = emptiness_wanted(world)
+        if not wanted:
+            return world
+        empty = frozenset(path for path, (container, mount_dir) in wanted.items()
+                          if volume_is_empty(container, mount_dir,
+                                             require_mount_point=self.options.require_mount_point))
+        return replace(world, empty=empty)
 
     def _cleanup_statuses(self) -> dict[str, CleanupStatus]:
         statuses = self.procs.statuses()
@@ -599,7 +616,8 @@ class NodeAgent:
     def _report_health(self, world: World) -> None:
         """Assess every handed-out volume from this pass's look at the host, and say what changed
         (events on the claim and the PV). Reporting only: it never acts on a volume."""
-        assessment = assess(world.config, world.scans, world.pvs, self.journal.snapshot(), self.health.baselines)
+        assessment = assess(world.config, world.scans, world.pvs, self.journal.snapshot(), self.health.baselines,
+                            world.boot)
         for obj, type_, reason, message in self.health.update(assessment):
             self.recorder.event(obj, type_, reason, message)
 

@@ -22,14 +22,22 @@ from localpv.naming import (
     round_capacity,
 )
 
+#: Annotations on the Node by which an operator accepts, for the record of PV ``<name>``, the
+#: volume now at its path: ``accept-volume.localpv.dev/<PV name>: <numbers>@<boot id>`` (see
+#: :mod:`localpv.agent.planner.volatile`).
+ACCEPT_VOLUME_PREFIX = "accept-volume.localpv.dev/"
+
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """The facts about this node that PVs are built from."""
+    """The facts about this node that PVs are built from, and what its operator said about
+    its volumes (:data:`ACCEPT_VOLUME_PREFIX`)."""
 
     name: str
     uid: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: PV name -> the volume its record is to take (``<numbers>@<boot id>``), from annotations.
+    accepted: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def hostname(self) -> str | None:
@@ -38,7 +46,10 @@ class NodeInfo:
     @classmethod
     def from_object(cls, node: Mapping[str, Any]) -> NodeInfo:
         meta = node.get("metadata") or {}
-        return cls(name=str(meta.get("name")), uid=str(meta.get("uid") or ""), labels=dict(meta.get("labels") or {}))
+        accepted = {key.removeprefix(ACCEPT_VOLUME_PREFIX): str(value).strip()
+                    for key, value in (meta.get("annotations") or {}).items() if key.startswith(ACCEPT_VOLUME_PREFIX)}
+        return cls(name=str(meta.get("name")), uid=str(meta.get("uid") or ""), labels=dict(meta.get("labels") or {}),
+                   accepted=accepted)
 
 
 @dataclass(frozen=True)

@@ -93,17 +93,26 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
     """Run the node agent (the DaemonSet entrypoint).
 
     Everything a user can get wrong is checked before any thread starts, each as one line
-    and exit 2: the configuration, the state dir (created if missing, must be writable),
-    the kubeconfig, and the listen address, which is bound here so that a port in use is
-    reported before anything else runs.
+    and exit 2: the configuration, the state dir (created if missing, must be writable, and
+    used by no other agent: its lock is held until this process exits), the kubeconfig, and
+    the listen address, which is bound here so that a port in use is reported before anything
+    else runs.
     """
     from localpv.agent.app import AgentProcess, journal_path, run
     from localpv.agent.journal import Journal, JournalError
     from localpv.agent.node import AgentError, AgentOptions
+    from localpv.agent.statedir import StateDirInUse, lock_state_dir
     from localpv.kube.errors import ApiError
 
     loaded = load_config_or_exit(config_path)
     problem = state_dir_problem(state_dir)
+    if problem is None:
+        try:
+            state_lock = lock_state_dir(state_dir)  # held for the process's life
+        except StateDirInUse as err:
+            problem = str(err)
+        except OSError as err:
+            problem = f"expected a lock file that can be made, found that it cannot ({err.strerror})"
     if problem is not None:
         refuse(named("state_dir", "--state-dir", "LOCALPV_STATE_DIR", state_dir), problem)
     transport = api_client_or_exit(kubeconfig)
@@ -123,3 +132,5 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
     except (AgentError, ApiError) as err:
         click.echo(f"error: {one_line(str(err))}", err=True)
         sys.exit(1)
+    finally:
+        state_lock.release()

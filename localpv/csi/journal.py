@@ -20,7 +20,9 @@ anything is written to the pool, and the record follows it until the image is go
 Images are keyed by volume (PV) name, ``pvc-<claim uid>``: a claim only ever gets the image
 made for its own uid. The file is written atomically (temp file, fsync, rename, fsync of
 the directory), as the cleanup journal is; a file that cannot be read stops the dynamic
-part of the agent rather than letting it guess.
+part of the agent rather than letting it guess. It has one writer: only ``localpv agent``
+opens it, and only while it holds its state dir's lock (``localpv/agent/statedir.py``), so
+a second agent on the same state dir exits before it reads this file.
 """
 
 from __future__ import annotations

@@ -50,9 +50,11 @@ from localpv.host.mounts import MountInfo
 from localpv.host.statx import unique_mount_id
 
 __all__ = [
+    "BOOT_ID_PATH",
     "DEFAULT_UDEV_DIR",
     "Identity",
     "IdentityReader",
+    "boot_id",
     "default_identity_reader",
     "device_name",
     "read_udev_properties",
@@ -91,6 +93,21 @@ class Identity:
     def volatile(self) -> bool:
         """No stable identity exists for this volume (by its nature, not because of an error)."""
         return not self.value and self.error is None
+
+
+#: A random UUID the kernel draws at every boot.
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id(path: str = BOOT_ID_PATH) -> str:
+    """This boot's id, "" when it cannot be read. Device and inode numbers (a ``volatile``
+    volume's only name) are the kernel's of one boot: a record of them names a volume only
+    together with the boot they were seen in."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def read_udev_properties(major: int, minor: int, udev_dir: str = DEFAULT_UDEV_DIR) -> dict[str, str]:

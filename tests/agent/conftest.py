@@ -58,8 +58,10 @@ class AgentEnv:
         retry_backoff: Backoff = FAST_RETRY,
         observer: RequestObserver | None = None,
         scanner: Callable[[str, frozenset[str]], list[Entry]] | None = None,
+        boot: str | None = None,
     ) -> NodeAgent:
-        """``observer``: also told of every request the agent makes (to inject a fault at a moment)."""
+        """``observer``: also told of every request the agent makes (to inject a fault at a moment);
+        ``boot``: the boot id the agent takes for this boot's (a node cannot be rebooted in a test)."""
         options = AgentOptions(node_name=NODE, namespace="default", job_image=job_image, config_path=config_path,
                                discovery_period=discovery_period, config_sync_period=0.2, watch_host=watch_host,
                                retry_backoff=retry_backoff, state_dir=str(self.state_dir))
@@ -73,7 +75,7 @@ class AgentEnv:
         api = KubeApi(self.api.transport, backoff=self.api.backoff, observer=observe)
         recorder = EventRecorder(api, component="test-agent", min_update_interval=0.0)
         agent = NodeAgent(api, options, config or self.config(), Journal(self.state_dir / "journal.json"),
-                          metrics=metrics, clock=clock, recorder=recorder,
+                          metrics=metrics, clock=clock, recorder=recorder, boot=boot,
                           **({"scanner": scanner} if scanner is not None else {}))
         agent.start()
         self.agents.append(agent)

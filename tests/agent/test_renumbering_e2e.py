@@ -10,6 +10,7 @@ live tenant's data is ever deleted, and nothing that may hold data is offered.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -334,3 +335,51 @@ def test_a_disk_swapped_between_the_look_and_the_create_is_not_published_as_the_
     assert parse_quantity(pv["spec"]["capacity"]["storage"]) > 16 * MiB, "sized for disk y (disk x is 16 MiB whole)"
     record = agent.journal.get("/mnt/disks/a")
     assert record is not None and record.identity == f"fs:uuid={uuid(disk_y)}"
+
+
+def forget_identities(env: AgentEnv) -> None:
+    """Rewrite the journal as a release from before identities kept it: no ``identity``, no ``boot``."""
+    path = env.state_dir / "journal.json"
+    doc = json.loads(path.read_text())
+    for record in doc["volumes"].values():
+        record.pop("identity", None)
+        record.pop("boot", None)
+    path.write_text(json.dumps(doc))
+
+
+def test_disks_swapped_before_the_first_pass_after_an_upgrade_learn_their_own_identities(
+    agent_env: AgentEnv, mounter: Mounter, loops: LoopDevices
+) -> None:
+    """A journal from before identities knows each disk by its device numbers only. Two disks
+    swapped (``mount --move``: each keeps its numbers) before the new version's first pass: the
+    numbers prove it, so each record learns the identity of the disk it recorded, and the path
+    that shows the other one is held like any identity mismatch."""
+    disk_a, disk_b = loops.attach(size=16 * MiB, ext4=True), loops.attach(size=16 * MiB, ext4=True)
+    path_a, path_b = agent_env.fs_dir / "a", agent_env.fs_dir / "b"
+    mounter.device(disk_a.path, path_a)
+    mounter.device(disk_b.path, path_b)
+    agent_env.start_agent()
+    pv_a = bound_claim(agent_env, "tenant-a", "/mnt/disks/a")
+    bound_claim(agent_env, "tenant-b", "/mnt/disks/b")
+    (path_a / "a-data").write_text("tenant a")
+    (path_b / "b-data").write_text("tenant b")
+    agent_env.stop_agents()
+    forget_identities(agent_env)
+    agent_env.apiserver.delete("v1", "PersistentVolumeClaim", "tenant-a", "default")
+    wait_for(lambda: agent_env.phase("/mnt/disks/a") == "Released", timeout=10, what="a Released")
+    spare = agent_env.root / "spare"
+    spare.mkdir()
+    for source, target in ((path_a, spare), (path_b, path_a), (spare, path_b)):
+        sh("mount", "--move", source, target)
+    agent = agent_env.start_agent()
+    wait_for(lambda: [e for e in events(agent_env, "VolumeIdentityMismatch")
+                      if e["involvedObject"]["kind"] == "Node"], timeout=15, what="a mismatch event on the Node")
+    for _ in range(3):
+        agent.reconcile_once()
+    records = Journal(agent_env.state_dir / "journal.json").snapshot()
+    assert records["/mnt/disks/a"].identity == f"fs:uuid={uuid(disk_a)}", "a learnt the disk it recorded"
+    assert records["/mnt/disks/b"].identity == f"fs:uuid={uuid(disk_b)}", "b learnt the disk it recorded"
+    assert (path_a / "b-data").read_text() == "tenant b", "the bound tenant's disk was wiped"
+    assert (path_b / "a-data").exists(), "not cleaned anywhere while the disks are swapped"
+    assert agent_env.pv_for("/mnt/disks/a")["metadata"]["uid"] == pv_a["metadata"]["uid"], "PV a kept"
+    assert {v["path"] for v in agent.status()["volumes"] if v["held"]} == {"/mnt/disks/a", "/mnt/disks/b"}

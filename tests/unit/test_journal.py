@@ -82,7 +82,7 @@ def test_file_format_is_versioned_json_sorted_by_path(path: Path) -> None:
     assert isinstance(volumes, dict)
     assert list(volumes) == ["/a", "/z"]
     assert volumes["/z"] == {"pv": "pv-z", "cls": "sc1", "state": "used", "since": 100.0, "claim": "",
-                             "pv_uid": "", "ident": "", "claim_name": "", "identity": ""}
+                             "pv_uid": "", "ident": "", "claim_name": "", "identity": "", "boot": ""}
     assert doc["recovering"] is True  # it did not exist when this agent started
 
 

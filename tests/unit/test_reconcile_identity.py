@@ -147,14 +147,17 @@ def test_two_new_spellings_of_one_volume_get_one_pv() -> None:
 
 
 def test_identity_that_moved_away_from_a_dirty_record_is_cleaned_where_it_went() -> None:
-    # Mounts swapped: the dirty filesystem now sits at vol2, a new one at vol1.
+    # Mounts moved: the dirty filesystem (no PV) now sits at vol2, another one at vol1. The
+    # record follows its volume; it is never re-pointed to the one now at its old path.
     record = replace(jentry(CLEANING, pv_uid="uid-1"), ident=IDENT)
     result = plan(make_world(scans={"sc1": [vol("vol1", ident="fs:2050:2"), vol("vol2", ident=IDENT)]},
                              journal={"/mnt/disks/vol1": record}))
     assert result.journal["/mnt/disks/vol2"].state == CLEANING
-    assert result.journal["/mnt/disks/vol1"].ident == "fs:2050:2"
+    assert result.journal["/mnt/disks/vol2"].ident == IDENT
+    assert result.journal["/mnt/disks/vol1"] is None or result.journal["/mnt/disks/vol1"].ident == "fs:2050:2"
     assert "/mnt/disks/vol2" not in [c.host_path for c in result.creates]
-    assert {c.host_path for c in result.cleanups} == {"/mnt/disks/vol1", "/mnt/disks/vol2"}
+    assert {c.host_path for c in result.cleanups} == {"/mnt/disks/vol2"}
+    assert "VolumeMoved" in [e.reason for e in result.events]
 
 
 def test_unmounted_offered_volume_does_not_block_an_unrelated_mount_reusing_its_device_number() -> None:

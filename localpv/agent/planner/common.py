@@ -3,6 +3,7 @@ small verdicts several rules ask (is a PV on offer, was it ever bound)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from localpv.agent.journal import CLEAN, CLEANING, JournalEntry
@@ -129,6 +130,20 @@ def _replaceable(record: JournalEntry | None) -> bool:
     return record is None or record.state == CLEAN
 
 
+def _by_ident(volumes: Mapping[str, _Volume]) -> dict[str, list[_Volume]]:
+    """The scanned volumes by the numbers of this boot (several paths: one volume's aliases)."""
+    index: dict[str, list[_Volume]] = {}
+    for volume in volumes.values():
+        if volume.ident:
+            index.setdefault(volume.ident, []).append(volume)
+    return index
+
+
+def _seen_as(world: World, record: JournalEntry, volume: _Volume) -> JournalEntry:
+    """``record`` knowing its volume by the numbers ``volume`` shows in this boot."""
+    return replace(record, ident=volume.ident, boot=world.boot if volume.ident else "")
+
+
 def _moved(world: World, record: JournalEntry, target: _Volume) -> JournalEntry:
     """The record of a volume that moved to ``target`` (it has no PV: a record moves only then).
 
@@ -137,4 +152,4 @@ def _moved(world: World, record: JournalEntry, target: _Volume) -> JournalEntry:
     cleanup of this volume under the old name would be taken for a cleanup of that one.
     """
     name = pv_name(target.entry.name, world.node.name, target.cls.name)
-    return replace(record, pv=name, pv_uid="", cls=target.cls.name, ident=target.ident)
+    return replace(_seen_as(world, record, target), pv=name, pv_uid="", cls=target.cls.name)

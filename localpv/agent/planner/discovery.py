@@ -28,7 +28,7 @@ def _plan_discovery(
 ) -> None:
     by_name = {str(pv_meta(pv).get("name")): pv for pv in world.pvs}
     claimed: set[str] = set(by_path)
-    owners = _ident_owners(journal, by_path, volumes)
+    owners = _ident_owners(world, journal, by_path, volumes)
     for cls_name in sorted(world.config.classes):
         cls = world.config.classes[cls_name]
         scan = world.scans.get(cls_name)
@@ -110,7 +110,7 @@ def _discover_entry(
         return
     if record is None and (world.config.clean_before_first_discovery or world.recovering):
         fresh = JournalEntry(name, cls.name, CLEANING, world.now, ident=entry.ident or "",
-                             identity=entry.identity.value)
+                             identity=entry.identity.value, boot=world.boot if entry.ident else "")
         _set(journal, out, host_path, fresh)
         status = _current_status(world, out, name, fresh, None)
         _plan_cleanup_step(world, journal, out, name, host_path, cls, None, status)
@@ -127,13 +127,14 @@ def _discover_entry(
     spec = VolumeSpec(name, host_path, entry.capacity, mode, cls)
     pv = build_pv(spec, world.node, sc, world.config, world.provisioner)
     _set(journal, out, host_path, JournalEntry(name, cls.name, OFFERED, world.now, ident=entry.ident or "",
-                                               identity=entry.identity.value))
+                                               identity=entry.identity.value,
+                                               boot=world.boot if entry.ident else ""))
     out.creates.append(CreatePV(pv, host_path, mode, entry.capacity, entry))
     out.capacity[mode] += round_capacity(entry.capacity)
 
 
 def _ident_owners(
-    journal: Mapping[str, JournalEntry], by_path: Mapping[str, Obj], visible: Mapping[str, _Volume]
+    world: World, journal: Mapping[str, JournalEntry], by_path: Mapping[str, Obj], visible: Mapping[str, _Volume]
 ) -> dict[str, str]:
     """Identity -> the path under which the journal holds that volume.
 
@@ -141,7 +142,8 @@ def _ident_owners(
     data (used, cleaning) it must not be offered at all, and while it is on offer or
     in use under one path a second PV would let two claims share it. A record whose
     path names nothing now (the volume was unmounted) owns its identity only while it
-    may hold data: an anonymous device number (tmpfs) is reused by unrelated mounts.
+    may hold data: an anonymous device number (tmpfs) is reused by unrelated mounts. Numbers
+    of another boot own nothing: a reboot deals them out to other volumes.
     """
     owners: dict[str, str] = {}
     for path, record in sorted(journal.items()):
@@ -149,7 +151,7 @@ def _ident_owners(
             continue
         unknown_past = record.state == OFFERED and path not in by_path  # its PV is gone: may hold data
         if record.state in DIRTY or unknown_past or (path in visible and path in by_path):
-            for key in (record.identity, record.ident):
+            for key in (record.identity, record.numbers_in(world.boot)):
                 if key:
                     owners.setdefault(key, path)
     return owners

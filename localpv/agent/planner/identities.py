@@ -6,9 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from localpv.agent.journal import CLEAN, CLEANING, OFFERED, JournalEntry, detached_key, is_detached
-from localpv.agent.model import DIRTY, EventSpec, Held, Plan, RetractPV, World
-from localpv.agent.planner.common import _moved, _node_event_target, _replaceable, _set, _Volume, pv_on_offer
+from localpv.agent.journal import CLEAN, CLEANING, JournalEntry, detached_key, is_detached
+from localpv.agent.model import EventSpec, Held, Plan, RetractPV, World
+from localpv.agent.planner.common import (
+    _by_ident,
+    _moved,
+    _node_event_target,
+    _replaceable,
+    _seen_as,
+    _set,
+    _Volume,
+    pv_on_offer,
+)
 from localpv.kube.events import WARNING
 from localpv.kube.objects import (
     Obj,
@@ -18,86 +27,34 @@ from localpv.kube.objects import (
     pv_phase,
 )
 from localpv.kube.objects import meta as pv_meta
-from localpv.naming import pv_name
 
 
-def _by_ident(volumes: Mapping[str, _Volume]) -> dict[str, list[_Volume]]:
-    index: dict[str, list[_Volume]] = {}
-    for volume in volumes.values():
-        if volume.ident:
-            index.setdefault(volume.ident, []).append(volume)
-    return index
-
-
-def _follow_volumes(
-    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], volumes: Mapping[str, _Volume],
-    out: Plan,
+def _learn_identities(
+    world: World, journal: dict[str, JournalEntry], volumes: Mapping[str, _Volume], out: Plan
 ) -> None:
-    """Keep each record attached to its volume, whatever path names it now.
+    """A record without a stable identity (written before identities, or its volume's could
+    not be read) learns the identity of the volume it recorded: the one that shows its numbers
+    of this boot, wherever that is now. From then on it is known by what it is.
 
-    This is the rule for records with no stable identity (volatile volumes such as tmpfs,
-    and records an older agent wrote): they know their volume by the numbers of this boot.
-    A record whose path still names a volume learns that volume's identity (the path is
-    what the PV offers). If the identity changed while the record says the volume may
-    hold data, the old identity is suspect wherever it now appears (disks renumbered,
-    mounts swapped): such an entry without a PV is cleaned before it is offered. A dirty
-    record whose path names nothing any more (``hostDir`` changed to an alias, the class
-    renamed) follows its volume to the one path that now shows the same identity, so the
-    cleanup carries on there instead of the volume being offered dirty under a new name.
+    Never from what its path shows instead: two disks swapped before the first pass after an
+    upgrade (``mount --move``, a remount by label) each keep their numbers, which then prove the
+    swap; a record that took the identity at its path would know the other tenant's disk as
+    its own, for good, and clean it. Learnt from where its numbers are, the record finds its
+    disk at the other path, and :func:`_follow_identities` holds both paths or follows it. A
+    record without numbers (made from a PV at first sight) learns what its path shows; one
+    whose numbers are another boot's learns nothing here (see :mod:`.volatile`).
     """
     by_ident = _by_ident(volumes)
     for path, record in sorted(journal.items()):
-        if record.identity or is_detached(path):
-            continue  # known by what it is: see _follow_identities
-        here = volumes.get(path)
-        if here is not None:
-            if here.ident and here.ident != record.ident:
-                if record.ident and record.state in DIRTY:
-                    for other in by_ident.get(record.ident, []):
-                        _suspect(world, journal, by_path, out, other, path)
-                _set(journal, out, path, replace(journal[path], ident=here.ident))
+        if record.identity or record.state == CLEAN or is_detached(path):
             continue
-        # An offered record whose PV is gone may hold data too: the claim may have come and
-        # gone while the agent was down (the orphan check then cleans it where it is now).
-        if record.state not in (*DIRTY, OFFERED) or not record.ident or path in by_path:
-            continue
-        targets = [v for v in by_ident.get(record.ident, [])
-                   if v.host_path not in by_path and _replaceable(journal.get(v.host_path))]
-        if len(targets) != 1:
-            continue
-        target = targets[0]
-        _set(journal, out, path, None)
-        _set(journal, out, target.host_path, _moved(world, record, target))
-        out.events.append(EventSpec(_node_event_target(world.node), WARNING, "VolumeMoved",
-                                    f"volume {path} ({record.state}) is now found at {target.host_path} (same "
-                                    "device and inode); it is cleaned there before it is offered"))
-
-
-def _suspect(
-    world: World, journal: dict[str, JournalEntry], by_path: Mapping[str, Obj], out: Plan, volume: _Volume,
-    previous: str,
-) -> None:
-    """``volume`` carries the identity a dirty volume at ``previous`` had: clean it first."""
-    if volume.host_path in by_path or not _replaceable(journal.get(volume.host_path)):
-        return
-    name = pv_name(volume.entry.name, world.node.name, volume.cls.name)
-    _set(journal, out, volume.host_path, JournalEntry(name, volume.cls.name, CLEANING, world.now,
-                                                      ident=volume.ident))
-    out.events.append(EventSpec(_node_event_target(world.node), WARNING, "VolumeSuspect",
-                                f"{volume.host_path} has the identity the volume at {previous} had while it held "
-                                "data; it is cleaned before it is offered"))
-
-
-def _learn_identities(journal: dict[str, JournalEntry], volumes: Mapping[str, _Volume], out: Plan) -> None:
-    """A record without a stable identity (written before identities, or its volume's could
-    not be read) learns the one its path shows, when that is the volume it recorded by the
-    numbers of this boot (or it recorded none). From then on it is known by what it is."""
-    for path, record in sorted(journal.items()):
-        here = volumes.get(path)
-        if record.identity or here is None or not here.identity or record.state == CLEAN:
-            continue
-        if not record.ident or record.ident == here.ident:
-            _set(journal, out, path, replace(record, identity=here.identity, ident=here.ident))
+        known = record.numbers_in(world.boot)
+        if known:
+            found = {volume.identity for volume in by_ident.get(known, [])}
+            if len(found) == 1 and (identity := found.pop()):
+                _set(journal, out, path, replace(record, identity=identity, boot=world.boot))
+        elif not record.ident and (here := volumes.get(path)) is not None and here.identity:
+            _set(journal, out, path, replace(_seen_as(world, record, here), identity=here.identity))
 
 
 def _by_identity(volumes: Mapping[str, _Volume]) -> dict[str, list[_Volume]]:
@@ -139,8 +96,8 @@ def _follow_identities(
             continue
         here = volumes.get(path)
         if here is not None and here.identity == record.identity:
-            if here.ident != record.ident:  # the numbers of this boot, for aliases and older agents
-                _set(journal, out, path, replace(record, ident=here.ident))
+            if here.ident != record.ident or (here.ident and record.boot != world.boot):
+                _set(journal, out, path, _seen_as(world, record, here))  # this boot's numbers, for aliases
             continue
         pv = by_path.get(path)
         if here is not None and pv is not None and pv_on_offer(pv):
@@ -189,10 +146,11 @@ _REMEDY = ("mount each disk at its own path again, by UUID or WWN rather than by
            "on by itself. Nothing on either path is cleaned, offered or deleted meanwhile")
 
 
-def _hold(world: World, out: Plan, path: str, record: JournalEntry, why: str, pvs: Sequence[Obj | None]) -> None:
+def _hold(world: World, out: Plan, path: str, record: JournalEntry, why: str, pvs: Sequence[Obj | None],
+          remedy: str = _REMEDY) -> None:
     """Hold ``path`` for this pass and say why on the Node, the PVs and their live claims."""
     out.held[path] = Held(path, record.cls, why)
-    message = f"{why}. What to do: {_REMEDY}"
+    message = f"{why}. What to do: {remedy}"
     targets: list[Obj] = [_node_event_target(world.node)]
     for pv in pvs:
         if pv is not None:
@@ -275,7 +233,7 @@ def _on_replaced(
     _set(journal, out, path, None)
     state = CLEANING if record.state != CLEANING else record.state
     since = world.now if state != record.state else record.since
-    _set(journal, out, detached_key(record.identity), replace(record, state=state, since=since, ident=""))
+    _set(journal, out, detached_key(record.identity), replace(record, state=state, since=since, ident="", boot=""))
     out.events.append(EventSpec(_node_event_target(world.node), WARNING, "VolumeReplaced",
                                 f"{what}: the disk was replaced, or the recorded one is not mounted now. Its record "
                                 "is kept: wherever it appears again it is cleaned before it is offered. The volume "

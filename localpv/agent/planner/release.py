@@ -166,8 +166,10 @@ def _plan_cleanup_step(
                                     "Deleting volume, this may take a while" if status is None else
                                     f"Retrying cleanup (attempt {status.attempts + 1}): {status.message}"))
     record = journal.get(path)
+    identity = record.identity if record is not None else ""
+    numbers = record.numbers_in(world.boot) if record is not None and not identity else ""
     out.cleanups.append(StartCleanup(name, path, container, cls, block, reason, pv, retry=status is not None,
-                                     identity=record.identity if record is not None else ""))
+                                     identity=identity, numbers=numbers))
 
 
 def _plan_orphans(
