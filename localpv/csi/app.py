@@ -118,41 +118,36 @@ class DynamicVolumes:
         once it fills up past the mark - before the first write fails, not at the first claim.
         """
         risks = {}
-        for name, figures in self.pool_figures().items():
-            pool = self.pools()[name]
-            if not figures.capacity or not figures.unwritten:
+        for name, pool in self.pools().items():
+            if pool.state()[0] is not PoolState.READY:
                 continue
             try:
+                account = self.controller.ledger.account(pool)
                 st = os.statvfs(pool.config.mount_dir)
             except OSError:
                 continue
             free = st.f_bfree * st.f_frsize
-            room = max(0, free - pool.config.reserved)
+            room = max(0, free - account.terms.reserved)
             used = 1 - free / (st.f_blocks * st.f_frsize or 1)
-            if figures.unwritten > room and used >= pool.config.high_water:
-                risks[name] = PoolRisk(name, free, figures.unwritten, figures.unwritten - room)
+            if account.unwritten > room and used >= pool.config.high_water:
+                risks[name] = PoolRisk(name, free, account.unwritten, account.unwritten - room)
         return risks
 
     def pool_figures(self) -> dict[str, PoolFigures]:
+        """Each pool's figures, from its filesystem's account (pools on one filesystem show the same)."""
         figures = {}
         records = self.journal.snapshot().values()
         for name, pool in self.pools().items():
-            mine = [r for r in records if r.pool == name]
-            committed = sum(r.size for r in mine)
+            images = sum(1 for r in records if r.pool == name)
             if pool.state()[0] is not PoolState.READY:
-                figures[name] = PoolFigures(0, 0, committed, 0, len(mine))
+                figures[name] = PoolFigures(0, 0, sum(r.size for r in records if r.pool == name), 0, images)
                 continue
-            room = pool.room(committed)
-            allocated = unwritten = 0
-            for record in mine:
-                try:
-                    usage = pool.images.usage(record.volume)
-                except Exception:  # an image being made or removed: counted next scrape
-                    continue
-                allocated += usage.allocated
-                if record.provisioning != "thick":
-                    unwritten += max(0, usage.size - usage.allocated)
-            figures[name] = PoolFigures(room.capacity, room.free, committed, allocated, len(mine), unwritten)
+            try:
+                account = self.controller.ledger.account(pool)
+            except OSError:
+                continue  # an image being made or removed, a pool going: counted next scrape
+            figures[name] = PoolFigures(account.space.capacity, account.space.free, account.promised,
+                                        account.allocated, images, account.unwritten)
         return figures
 
     def start(self) -> None:

@@ -32,8 +32,9 @@ from localpv.clock import Clock, SystemClock
 from localpv.config import ProvisionerConfig
 from localpv.csi import provisioner as rules
 from localpv.csi.expansion import Expander
-from localpv.csi.images import FsType, ImageError
+from localpv.csi.images import FsType, ImageError, Provisioning
 from localpv.csi.journal import ImageJournal, ImageRecord, ImageState
+from localpv.csi.ledger import Ledger
 from localpv.csi.metrics import DynamicMetrics
 from localpv.csi.pools import Pool, PoolState
 from localpv.csi.volume import POOL
@@ -73,6 +74,7 @@ class DynamicController:
         self.recorder = recorder
         self.metrics = metrics
         self.clock = clock or SystemClock()
+        self.ledger = Ledger(journal, pools)
         self.claims = Informer(api, PERSISTENT_VOLUME_CLAIMS, clock=self.clock, name="csi-claims",
                                on_change=self._on_claim)
         self.pvs = Informer(api, PERSISTENT_VOLUMES, clock=self.clock, name="csi-pvs", on_change=self._on_volume,
@@ -193,6 +195,7 @@ class DynamicController:
                                     "has no dynamicClassMap entry for it")
             rules.check_parameters(storage_class, settings)
             rules.check_claim(claim)
+            rules.check_mount_options(storage_class, settings)
             size = rules.image_size(rules.requested_bytes(claim), FsType(settings.fs_type))
         except rules.Refused as err:
             self._failed(claim, class_name, str(err))
@@ -200,50 +203,86 @@ class DynamicController:
         request = rules.Request(volume, str(claim["metadata"]["uid"]), rules.claim_key(claim), class_name, settings,
                                 size)
         pool = self.pools().get(settings.pool)
+        why = self._pool_problem(pool, settings.pool)
+        if why is not None:
+            return self._reschedule(claim, class_name, why)
+        assert pool is not None
         record = self.journal.get(volume)
-        if record is None:  # a record already holds its room
-            why = self._no_room(pool, settings.pool, request)
+        reuse = self._made(pool, record)
+        if reuse is None:
+            try:
+                why = self._promise(pool, request, record)
+            except OSError as err:
+                why = f"pool {pool.name} cannot be read: {err.strerror}"
             if why is not None:
                 return self._reschedule(claim, class_name, why)
         self.recorder.event(claim, NORMAL, "Provisioning",
                             f'External provisioner is provisioning volume for claim "{rules.claim_key(claim)}"')
-        assert pool is not None
         try:
-            fs_uuid = self._make_image(pool, request, record)
+            fs_uuid = reuse or self._make_image(pool, request)
         except ImageError as err:
-            self._failed(claim, class_name, f"failed to provision volume with StorageClass {class_name!r}: {err}")
-            return True
+            return self._allocation_failed(claim, pool, request, err)
         return self._save(claim, storage_class, request, fs_uuid, started)
 
-    def _no_room(self, pool: Pool | None, name: str, request: rules.Request) -> str | None:
+    def _pool_problem(self, pool: Pool | None, name: str) -> str | None:
+        """Why no image can be made in the pool now (None when one can)."""
         if pool is None:
             return f"pool {name} is not configured on node {self.settings.node_name}"
         state, why = pool.state()
-        if state is not PoolState.READY:
-            return why
-        try:
-            room = pool.room(self.journal.committed(name))
-        except OSError as err:
-            return f"pool {name} cannot be read: {err.strerror}"
-        return pool.refusal(room, request.size, request.provisioning)
+        return why if state is not PoolState.READY else None
 
-    def _make_image(self, pool: Pool, request: rules.Request, record: ImageRecord | None) -> str:
-        """The image, made once: a ready record whose image is there is reused (an earlier
-        attempt made it, then the PV create failed or its answer was lost)."""
-        now = self.clock.now()
-        if record is not None and record.state is ImageState.READY and record.fs_uuid \
-                and pool.images.exists(request.volume) and pool.images.fs_uuid(request.volume) == record.fs_uuid:
-            return record.fs_uuid
-        self.journal.put(ImageRecord(volume=request.volume, pool=pool.name, size=request.size,
-                                     fs_type=request.settings.fs_type, provisioning=request.settings.provisioning,
-                                     claim_uid=request.claim_uid, claim=request.claim, state=ImageState.CREATING,
-                                     since=now, storage_class=request.storage_class))
+    def _made(self, pool: Pool, record: ImageRecord | None) -> str | None:
+        """The filesystem UUID of a ready image an earlier attempt made (the PV create then
+        failed or its answer was lost): it is used as it is. None when there is none."""
+        if record is None or record.state is not ImageState.READY or not record.fs_uuid:
+            return None
+        try:
+            if pool.images.exists(record.volume) and pool.images.fs_uuid(record.volume) == record.fs_uuid:
+                return record.fs_uuid
+        except ImageError:
+            return None
+        return None
+
+    def _promise(self, pool: Pool, request: rules.Request, record: ImageRecord | None) -> str | None:
+        """Check the pool's account and record the image, in one step; why not, when it does not
+        fit. A record left by an interrupted attempt is checked again, its own promise aside."""
+        thick = request.provisioning is Provisioning.THICK
+        with self.ledger.step(pool) as account:
+            holds = self.ledger.promise(record, pool) if record is not None and record.pool == pool.name else None
+            why = account.refusal(request.size, thick=thick, pool=pool.name, holds=holds)
+            if why is None:
+                self.journal.put(ImageRecord(
+                    volume=request.volume, pool=pool.name, size=request.size, fs_type=request.settings.fs_type,
+                    provisioning=request.settings.provisioning, claim_uid=request.claim_uid, claim=request.claim,
+                    state=ImageState.CREATING, since=self.clock.now(), storage_class=request.storage_class))
+            return why
+
+    def _make_image(self, pool: Pool, request: rules.Request) -> str:
+        """Make the recorded image (its room is held by its record) and mark it ready."""
         fs_uuid = pool.images.create(request.volume, request.size, fs=request.fs, provisioning=request.provisioning,
                                      mkfs_options=request.settings.mkfs_options)
         created = self.journal.get(request.volume)
         assert created is not None
         self.journal.put(created.moved(ImageState.READY, self.clock.now(), fs_uuid=fs_uuid))
         return fs_uuid
+
+    def _allocation_failed(self, claim: Obj, pool: Pool, request: rules.Request, err: ImageError) -> bool:
+        """An image that could not be made (ENOSPC, EFBIG, EIO, a bad mkfs) holds nothing: its
+        remains and its record go. A size no file of this pool can have is refused for good
+        (until the claim changes); anything else is rescheduled: another node may do."""
+        try:
+            pool.images.remove(request.volume)
+        except ImageError as removal:
+            log.warning("image of volume %s: not removed after a failed allocation: %s", request.volume, removal)
+            self._failed(claim, request.storage_class, f"failed to provision volume with StorageClass "
+                                                       f"{request.storage_class!r}: {err}")
+            return True  # its record keeps the room until the remains are gone
+        self.journal.drop(request.volume)
+        if err.too_large:
+            self._failed(claim, request.storage_class, f"failed to provision volume with StorageClass "
+                                                       f"{request.storage_class!r}: {err}")
+            return False
+        return self._reschedule(claim, request.storage_class, str(err))
 
     def _save(self, claim: Obj, storage_class: Obj, request: rules.Request, fs_uuid: str, started: float) -> bool:
         pv = rules.build_volume(request, claim, storage_class, driver=self.driver, node_name=self.settings.node_name,

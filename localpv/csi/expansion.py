@@ -89,19 +89,29 @@ class Expander:
         state, why = pool.state()
         if state is not PoolState.READY:
             return self._failed(claim, why, retry=True)
-        if provisioning is Provisioning.THIN:  # the record's own promise is replaced by the larger one
-            refusal = pool.refusal(pool.room(c.journal.committed(pool.name) - record.size), size, provisioning)
-        else:  # only the difference must be free
-            refusal = pool.refusal(pool.room(c.journal.committed(pool.name)), size - record.size, provisioning)
+        try:
+            # The larger promise replaces the old one in the pool's account, checked and recorded
+            # in one step; a thick image needs only the bytes it does not hold (its real allocation).
+            with c.ledger.step(pool) as account:
+                holds = c.ledger.promise(record, pool)
+                refusal = account.refusal(size, thick=provisioning is Provisioning.THICK, pool=pool.name,
+                                          holds=holds)
+                if refusal is None:
+                    c.journal.put(record.moved(record.state, record.since, size=size))
+        except OSError as err:
+            return self._failed(claim, f"pool {pool.name} cannot be read: {err.strerror}", retry=True)
         if refusal is not None:
             return self._failed(claim, f"cannot grow volume {name} to {size} bytes: {refusal}", retry=True)
         c.recorder.event(claim, NORMAL, "Resizing", f"External resizer is resizing volume {name}")
-        c.journal.put(record.moved(record.state, record.since, size=size))
         try:
             pool.images.grow(name, size, provisioning=provisioning)
             for device in pool.images.in_use(name):
                 loop.refresh_capacity(device)
         except (ImageError, loop.LoopError) as err:
+            if isinstance(err, ImageError):  # the image is back at its old size: so is its promise
+                current = c.journal.get(name)
+                if current is not None:
+                    c.journal.put(current.moved(current.state, current.since, size=record.size))
             return self._failed(claim, str(err), retry=True)
         try:
             c.api.patch(PERSISTENT_VOLUMES, name, {"spec": {"capacity": {"storage": format_binary_quantity(size)}}})

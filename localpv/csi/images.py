@@ -64,11 +64,26 @@ MIN_SIZE = {FsType.EXT4: 4 << 20, FsType.XFS: 300 << 20}
 
 
 class ImageError(Exception):
-    """An image could not be made, grown, opened or removed; ``missing``: it does not exist."""
+    """An image could not be made, grown, opened or removed; ``missing``: it does not exist;
+    ``errno``: the system's error when one caused it (ENOSPC, EFBIG, EIO...)."""
 
-    def __init__(self, message: str, *, missing: bool = False) -> None:
+    def __init__(self, message: str, *, missing: bool = False, errno: int | None = None) -> None:
         super().__init__(message)
         self.missing = missing
+        self.errno = errno
+
+    @property
+    def too_large(self) -> bool:
+        """The size is more than the pool's filesystem can hold in one file (EFBIG): no other
+        node's pool of the same kind would do better, and trying again changes nothing."""
+        return self.errno == errno.EFBIG
+
+
+def _failed(name: str, what: str, err: OSError) -> ImageError:
+    """One line for an OSError of image work, keeping its errno."""
+    hint = {errno.EFBIG: ": larger than the pool's filesystem allows for one file",
+            errno.ENOSPC: ": the pool is full", errno.EIO: ": the pool's disk reports I/O errors"}
+    return ImageError(f"volume {name}: {what} ({err.strerror}{hint.get(err.errno or 0, '')})", errno=err.errno)
 
 
 def check_name(name: str) -> str:
@@ -262,22 +277,27 @@ class ImageStore:
             raise ImageError(f"{fs.value} needs at least {MIN_SIZE[fs] >> 20} MiB, {size} bytes asked")
         fs_uuid = fs_uuid or str(uuid.uuid4())
         thick = provisioning is Provisioning.THICK
-        with self.open_image(name, create=True) as fd:
-            os.ftruncate(fd, 0)
-            os.ftruncate(fd, size)
-            if thick:
+        try:
+            with self.open_image(name, create=True) as fd:
                 try:
-                    os.posix_fallocate(fd, 0, size)
-                except OSError as err:
                     os.ftruncate(fd, 0)
-                    raise ImageError(f"volume {name}: cannot allocate {size} bytes in pool {self.pool_dir} "
-                                     f"({err.strerror})") from err
-            try:
-                make_filesystem(fd, fs, fs_uuid, thick=thick, options=mkfs_options)
-            except ImageError as err:
-                os.ftruncate(fd, 0)
-                raise ImageError(f"volume {name}: {err}; image truncated") from err
-            os.fsync(fd)
+                    os.ftruncate(fd, size)
+                    if thick:
+                        os.posix_fallocate(fd, 0, size)
+                except OSError as err:
+                    with suppress(OSError):
+                        os.ftruncate(fd, 0)
+                    raise _failed(name, f"cannot make an image of {size} bytes in pool {self.pool_dir}", err) from err
+                try:
+                    make_filesystem(fd, fs, fs_uuid, thick=thick, options=mkfs_options)
+                    os.fsync(fd)
+                except (ImageError, OSError) as err:
+                    with suppress(OSError):
+                        os.ftruncate(fd, 0)
+                    code = err.errno if isinstance(err, ImageError | OSError) else None
+                    raise ImageError(f"volume {name}: {err}; image truncated", errno=code) from err
+        except OSError as err:  # the volume directory cannot be made (EIO, ENOSPC, EDQUOT...)
+            raise _failed(name, f"cannot make its directory in pool {self.pool_dir}", err) from err
         return fs_uuid
 
     def grow(self, name: str, size: int, *, provisioning: Provisioning) -> int:
@@ -287,15 +307,18 @@ class ImageStore:
             current = os.fstat(fd).st_size
             if size <= current:
                 return current
-            if provisioning is Provisioning.THICK:
-                try:
+            try:
+                if provisioning is Provisioning.THICK:
                     os.posix_fallocate(fd, current, size - current)
-                except OSError as err:
-                    raise ImageError(f"volume {name}: cannot allocate {size - current} more bytes "
-                                     f"({err.strerror})") from err
-            else:
-                os.ftruncate(fd, size)
-            os.fsync(fd)
+                else:
+                    os.ftruncate(fd, size)
+                os.fsync(fd)
+            except OSError as err:
+                # Rolled back: a half-allocated tail would take the pool's room for nothing, and
+                # the image must stay the size its record and its PV say.
+                with suppress(OSError):
+                    os.ftruncate(fd, current)
+                raise _failed(name, f"cannot grow its image by {size - current} bytes", err) from err
             return os.fstat(fd).st_size
 
     def fs_uuid(self, name: str) -> str | None:

@@ -8,21 +8,18 @@ come back after a reboot is then a clear error (the stage fails, nothing is prov
 never a directory on the root filesystem silently filling up - the failure a plain
 ``local`` PV has when its mount is missing at boot.
 
-Room: a *thick* image needs its size free now (plus the pool's ``reserved`` bytes). *Thin*
-images are promised, not taken: the sizes of all images of the pool (the journal's
-committed bytes) may reach ``overcommit`` times the pool's size, and the pool must still
-have ``reserved`` bytes free. A claim that does not fit is refused here and rescheduled
-by the controller, so the scheduler can try another node.
+Room is not decided here: every image on a pool's filesystem is one account
+(:mod:`localpv.csi.account`, read and held by :mod:`localpv.csi.ledger`). A claim that does
+not fit is rescheduled by the controller, so the scheduler can try another node.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from enum import Enum
 
 from localpv.config.dynamic import PoolConfig
-from localpv.csi.images import ImageStore, Provisioning
+from localpv.csi.images import ImageStore
 from localpv.host.mounts import FilesystemTypes, opened_at_filesystem_root
 
 
@@ -37,15 +34,6 @@ class PoolState(Enum):
 #: Filesystems that keep their files in memory only: a pool on one loses every image, and
 #: the tenants' data in them, at the next reboot (or remount).
 MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
-
-
-@dataclass(frozen=True)
-class Room:
-    """A pool's figures in bytes: its filesystem's size and free space, and what is promised."""
-
-    capacity: int
-    free: int
-    committed: int
 
 
 def mounted_root(path: str) -> bool:
@@ -107,23 +95,3 @@ class Pool:
                 f"pool {self.name}: {self.config.host_dir} is on {fs_type}, which is memory: its images and their "
                 "data would vanish at the next reboot; give the pool a directory on a disk's filesystem")
         return PoolState.READY, ""
-
-    def room(self, committed: int) -> Room:
-        st = os.statvfs(self.config.mount_dir)
-        return Room(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize, committed)
-
-    def refusal(self, room: Room, size: int, provisioning: Provisioning) -> str | None:
-        """Why an image of ``size`` bytes does not fit now (None when it does)."""
-        reserved = self.config.reserved
-        if provisioning is Provisioning.THICK:
-            if size + reserved > room.free:
-                return (f"pool {self.name} has {room.free} bytes free, a thick image of {size} bytes needs "
-                        f"{size + reserved} (with {reserved} reserved)")
-            return None
-        bound = int(room.capacity * self.config.overcommit)
-        if room.committed + size > bound:
-            return (f"pool {self.name} has {room.committed} of {bound} bytes committed (overcommit "
-                    f"{self.config.overcommit:g} x {room.capacity}); a thin image of {size} bytes does not fit")
-        if room.free <= reserved:
-            return f"pool {self.name} has {room.free} bytes free, at or below its {reserved} reserved bytes"
-        return None

@@ -34,6 +34,9 @@ FSTYPE_PARAMETER = "csi.storage.k8s.io/fstype"
 PARAMETERS = {"pool": "pool", FSTYPE_PARAMETER: "fs_type", "provisioning": "provisioning",
               "mkfsOptions": "mkfs_options"}
 MiB = 1 << 20
+#: Access modes a node-local volume can serve: one node writes (the node service stages them
+#: as SINGLE_NODE_*).
+STAGEABLE_MODES = frozenset({"ReadWriteOnce", "ReadWriteOncePod"})
 
 
 class Refused(Exception):
@@ -115,13 +118,27 @@ def check_claim(claim: Obj) -> None:
     if spec.get("volumeMode") == "Block":
         raise Refused("volumeMode Block is not supported by dynamic node-local volumes (use Filesystem)")
     modes = set(spec.get("accessModes") or [])
-    if modes & {"ReadWriteMany", "ReadOnlyMany"} and not modes <= {"ReadOnlyMany"}:
+    if not modes or not modes <= STAGEABLE_MODES:
+        # ReadOnlyMany too: the kubelet stages it as MULTI_NODE_READER_ONLY, which a node-local
+        # volume cannot be, and the pod would wait forever on a volume made for it.
         raise Refused(f"access modes {sorted(modes)}: a node-local volume is reachable from one node only "
                       "(ReadWriteOnce or ReadWriteOncePod)")
+    if spec.get("volumeAttributesClassName"):
+        raise Refused(f"volumeAttributesClassName {spec['volumeAttributesClassName']!r}: volume attributes classes "
+                      "are not supported (nothing could apply them to an image)")
     if spec.get("selector"):
         raise Refused("claim Selector is not supported")
     if spec.get("dataSource") or spec.get("dataSourceRef"):
         raise Refused("volume content sources (clones, snapshots) are not supported")
+
+
+def check_mount_options(storage_class: Obj, settings: DynamicClass) -> None:
+    """A thick class must not mount with ``discard``: every delete would give the image's
+    allocated blocks back to the pool, and thick would silently become thin."""
+    options = [str(o) for o in storage_class.get("mountOptions") or []]
+    if settings.provisioning == "thick" and any(o.split("=")[0] == "discard" for o in options):
+        raise Refused(f"StorageClass {settings.name}: mountOptions: expected no 'discard' in a thick class (its "
+                      f"discards would give the image's allocated blocks back to the pool), got {options}")
 
 
 def build_volume(request: Request, claim: Obj, storage_class: Obj, *, driver: str, node_name: str,

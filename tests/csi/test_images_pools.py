@@ -20,7 +20,7 @@ from localpv.csi.images import (
     mkfs_result_problem,
 )
 from localpv.csi.journal import ImageJournal, ImageJournalError, ImageRecord, ImageState
-from localpv.csi.pools import Pool, PoolState, Room
+from localpv.csi.pools import Pool, PoolState
 from tests.csi.conftest import PoolEnv
 from tests.support.hostfs import LoopDevices, MiB, Mounter, sh
 
@@ -135,18 +135,6 @@ def test_names_cannot_leave_the_pool(tmp_path: Path) -> None:
 
 def _pool(tmp_path: Path, **settings: object) -> Pool:
     return Pool(PoolConfig(name="p", host_dir=str(tmp_path), mount_dir=str(tmp_path), **settings))  # type: ignore[arg-type]
-
-
-def test_room_thick_needs_free_bytes_thin_is_bounded_by_overcommit(tmp_path: Path) -> None:
-    gib = 1 << 30
-    pool = _pool(tmp_path, overcommit=2.0, reserved=gib)
-    room = Room(capacity=10 * gib, free=5 * gib, committed=15 * gib)
-    assert pool.refusal(room, 4 * gib, Provisioning.THICK) is None
-    assert "needs 6442450944" in str(pool.refusal(room, 5 * gib, Provisioning.THICK))
-    assert pool.refusal(room, 5 * gib, Provisioning.THIN) is None  # 20 GiB of 2 x 10 GiB
-    assert "does not fit" in str(pool.refusal(room, 5 * gib + 1, Provisioning.THIN))
-    full = Room(capacity=10 * gib, free=gib, committed=0)
-    assert "reserved" in str(pool.refusal(full, 1, Provisioning.THIN))
 
 
 def test_pool_state_missing_and_not_mounted(tmp_path: Path) -> None:
