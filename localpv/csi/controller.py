@@ -37,7 +37,7 @@ from localpv.csi.journal import ImageJournal, ImageRecord, ImageState
 from localpv.csi.ledger import Ledger
 from localpv.csi.metrics import DynamicMetrics
 from localpv.csi.pools import Pool, PoolState
-from localpv.csi.volume import POOL
+from localpv.csi.volume import POOL, PROVISIONING
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from localpv.kube.events import NORMAL, WARNING, EventRecorder
@@ -410,11 +410,66 @@ class DynamicController:
 
     def recover(self) -> None:
         """Finish or undo what a crash interrupted; called once the caches are synced."""
+        self.adopt()
         for name, record in self.journal.snapshot().items():
             try:
                 self._recover(name, record)
             except ApiError as err:
                 log.warning("image %s: cannot check against the cluster now: %s", name, err)
+
+    def adopt(self) -> None:
+        """Record the images of ready pools that no record names.
+
+        The image journal can be lost (a state dir wiped, a node re-imaged with its pool disks
+        kept) or reset; the images on disk are still there, and some hold tenants' data. Left
+        out of the journal they would be out of the pools' accounts (the bound and expansions
+        would start from zero: promises made twice) and out of every rule that keeps them. So
+        each is recorded: as ``ready`` when a PV of this driver names it (with its claim and PV
+        uid: released with Delete, it is removed as any other), else as ``orphaned`` - kept,
+        never offered, said on the Node.
+        """
+        known = self.journal.snapshot()
+        for pool in self.pools().values():
+            if pool.state()[0] is not PoolState.READY:
+                continue
+            for name in pool.images.names():
+                if name not in known:
+                    try:
+                        self._adopt(pool, name)
+                    except ApiError as err:
+                        log.warning("image %s: cannot check against the cluster now: %s", name, err)
+
+    def _adopt(self, pool: Pool, name: str) -> None:
+        try:
+            usage = pool.images.usage(name)
+            fs_uuid = pool.images.fs_uuid(name) or ""
+            fs_type = pool.images.fs_type(name) or "ext4"
+        except ImageError:
+            return  # a directory without an image (an interrupted removal): nothing to hold
+        try:
+            pv: Obj | None = self.api.get(PERSISTENT_VOLUMES, name)
+        except NotFound:
+            pv = None
+        mine = pv is not None and rules.is_ours(pv, self.driver) and not pv["metadata"].get("deletionTimestamp")
+        spec = (pv or {}).get("spec") or {}
+        attributes = (spec.get("csi") or {}).get("volumeAttributes") or {}
+        ref = spec.get("claimRef") or {}
+        thick = attributes.get(PROVISIONING) == "thick" if mine else usage.allocated >= usage.size
+        state = ImageState.READY if mine else ImageState.ORPHANED
+        record = ImageRecord(
+            volume=name, pool=pool.name, size=usage.size, fs_type=fs_type, provisioning="thick" if thick else "thin",
+            claim_uid=str(ref.get("uid") or ""), claim=f"{ref.get('namespace')}/{ref.get('name')}" if ref else "",
+            state=state, since=self.clock.now(), fs_uuid=fs_uuid,
+            pv_uid=str((pv or {}).get("metadata", {}).get("uid") or "") if mine else "",
+            storage_class=str(spec.get("storageClassName") or ""))
+        self.journal.put(record)
+        node: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.settings.node_name}}
+        said = (f"the PV of that name is {name}'s: it is watched and released as any other" if mine else
+                "no PV of this driver names it: kept, never offered to anyone; remove it by hand if its data "
+                "is not wanted (see the runbook 'Orphaned images')")
+        self.recorder.event(node, WARNING, "ImageAdopted", f"image {name} in pool {pool.name} ({usage.size} bytes) "
+                                                           f"had no record (the image journal was lost or reset): "
+                                                           f"recorded as {state.value}; {said}")
 
     def _recover(self, name: str, record: ImageRecord) -> None:
         if record.state is ImageState.ORPHANED:

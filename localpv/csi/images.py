@@ -325,6 +325,13 @@ class ImageStore:
         with self.open_image(name, writable=False) as fd:
             return read_fs_uuid(fd)
 
+    def fs_type(self, name: str) -> str | None:
+        """``ext4`` or ``xfs``, as the image's superblock says (None: neither)."""
+        with self.open_image(name, writable=False) as fd:
+            if ext4_size(fd) is not None:
+                return FsType.EXT4.value
+            return FsType.XFS.value if read_fs_uuid(fd) is not None else None
+
     def usage(self, name: str) -> Usage:
         with self.open_image(name, writable=False) as fd:
             st = os.fstat(fd)

@@ -170,3 +170,27 @@ def test_a_failed_thick_growth_is_rolled_back(pool_env: PoolEnv) -> None:
     assert err.value.errno == errno.ENOSPC
     after = images.usage("pvc-grow")
     assert after.size == before.size and after.allocated <= before.allocated
+
+
+def test_a_lost_image_journal_adopts_the_images_found_in_the_pool(env: Env) -> None:
+    """The state dir was wiped with the pool disk kept: the images are recorded again - one a
+    PV names as ready, one no PV names as orphaned - with an event each on the Node, so the
+    account does not start from zero (issue 23.7)."""
+    env.start()
+    env.claim("kept", size="100Mi")
+    pv = wait_for(lambda: env.bound_pv("kept"), what="Bound")
+    env.stop()
+    env.journal_path.unlink()
+    stray_uuid = env.pool_env.pool.images.create("pvc-stray", 32 * MiB, fs=FsType.EXT4,
+                                                 provisioning=Provisioning.THICK)
+    env.start()
+    records = env.journal().snapshot()
+    kept, stray = records[pv["metadata"]["name"]], records["pvc-stray"]
+    assert (kept.state, kept.pv_uid, kept.claim, kept.size) == (ImageState.READY, pv["metadata"]["uid"],
+                                                                 "default/kept", 100 * MiB)
+    assert (stray.state, stray.provisioning, stray.fs_uuid, stray.size) == (ImageState.ORPHANED, "thick", stray_uuid,
+                                                                            32 * MiB)
+    adopted = wait_for(lambda: [m for r, m in env.reasons(NODE_NAME) if r == "ImageAdopted"] or None,
+                       what="the Node's events")
+    assert len(adopted) == 2 and any("recorded as orphaned" in m for m in adopted)
+    assert promised(env) == 132 * MiB
