@@ -342,7 +342,7 @@ class ImageStore:
         while there is one, it is not removed."""
         try:
             with self.open_image(name, writable=False) as fd:
-                return loop.loops_of(fd)
+                return loop.loops_of(fd, named=f"/{name}/{IMAGE_FILE}")
         except ImageError:
             return []
 

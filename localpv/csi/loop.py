@@ -193,35 +193,45 @@ def backing_key(loop: Loop) -> FileKey | None:
     return device, inode
 
 
-def bound() -> list[Loop]:
-    """Every loop device bound now (sysfs shows a ``loop/`` directory only for those)."""
-    found = [Loop(int(d.parent.name[len("loop"):])) for d in SYS_BLOCK.glob("loop*/loop")]
+def bound(named: str = "") -> list[Loop]:
+    """Loop devices bound now (sysfs shows a ``loop/`` directory only for those) whose backing
+    path, as sysfs renders it, ends with ``named``.
+
+    The rendered path is never taken for the file's identity (see above), but its last
+    components are the file's own whatever namespace renders it, so it narrows which devices
+    are asked: the node's other loop devices (other storage, volumes being cleaned) are never
+    opened, and a ``losetup -d`` of theirs is never deferred by our look.
+    """
+    found = []
+    for directory in SYS_BLOCK.glob("loop*/loop"):
+        try:
+            path = (directory / "backing_file").read_text().rstrip("\n")
+        except OSError:
+            continue  # detached meanwhile
+        if path.endswith(named):
+            found.append(Loop(int(directory.parent.name[len("loop"):])))
     return sorted(found, key=lambda loop: loop.number)
 
 
-def kernel_loops() -> dict[FileKey, list[Loop]]:
-    """Every bound loop device by the file the kernel holds for it."""
+def kernel_loops(named: str = "") -> dict[FileKey, list[Loop]]:
+    """Loop devices bound to files named ``...named``, by the file the kernel holds for each."""
     found: dict[FileKey, list[Loop]] = {}
-    for device in bound():
+    for device in bound(named):
         key = backing_key(device)
         if key is not None:
             found.setdefault(key, []).append(device)
     return found
 
 
-def loops_of_key(key: FileKey) -> list[Loop]:
-    """The loop devices bound to the file whose device and inode are ``key``."""
-    return kernel_loops().get(key, [])
-
-
-def loops_of(image: str | os.PathLike[str] | int) -> list[Loop]:
-    """The loop devices bound to this very file: a path (as this process sees it) or an open
-    descriptor, matched by device and inode with what the kernel holds."""
+def loops_of(image: str | os.PathLike[str] | int, named: str) -> list[Loop]:
+    """The loop devices bound to this very file - a path (as this process sees it) or an open
+    descriptor - matched by device and inode with what the kernel holds; ``named``: the end of
+    its path (``/<volume>/disk.img``), which narrows the devices asked."""
     try:
         st = os.fstat(image) if isinstance(image, int) else os.stat(image)
     except FileNotFoundError:
         return []
-    return loops_of_key(file_key(st))
+    return kernel_loops(named).get(file_key(st), [])
 
 
 def backing_file(loop: Loop) -> str | None:

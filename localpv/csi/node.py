@@ -41,7 +41,7 @@ from contextlib import contextmanager
 import grpc
 
 from localpv.csi import loop, mounting
-from localpv.csi.images import ImageError, check_name, ext4_size
+from localpv.csi.images import IMAGE_FILE, ImageError, check_name, ext4_size
 from localpv.csi.pools import Pool, PoolState
 from localpv.csi.proto import csi_pb2 as csi
 from localpv.csi.rpc import CallObserver, Method, RpcError, service
@@ -207,7 +207,7 @@ class NodeService:
                expected_uuid: str | None, *, thick: bool) -> None:
         try:
             with pool.images.open_image(volume_id) as fd:
-                devices = loop.loops_of(fd)
+                devices = loop.loops_of(fd, named=f"/{volume_id}/{IMAGE_FILE}")
                 mounts = [m for device in devices for m in mounting.mounts_of_device(*device.rdev)]
                 here = mounting.mount_at(staging)
                 if here is not None:

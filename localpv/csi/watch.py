@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from localpv.clock import Clock, SystemClock
 from localpv.csi import loop
 from localpv.csi.health import ImageLook, Looks, MountLook, PoolRisk, assess
-from localpv.csi.images import ImageError, read_fs_uuid
+from localpv.csi.images import IMAGE_FILE, ImageError, read_fs_uuid
 from localpv.csi.pools import Pool, PoolState
 from localpv.csi.volume import POOL, PROVISIONING
 from localpv.host.mounts import MountInfo, read_mountinfo
@@ -116,12 +116,12 @@ class HealthWatch:
 
     def look(self, pvs: Sequence[Obj]) -> dict[str, ImageLook]:
         """What the node shows of each PV's image."""
-        kernel = loop.kernel_loops()
+        kernel = loop.kernel_loops(named=f"/{IMAGE_FILE}")
         mounts: dict[str, list[MountInfo]] = {}
         for info in read_mountinfo():
             mounts.setdefault(info.major_minor, []).append(info)
-        deleted = {device.number: path for device in loop.bound()
-                   if (path := loop.backing_file(device) or "").endswith(" (deleted)")}
+        deleted = {device.number: path for device in loop.bound(named=f"/{IMAGE_FILE} (deleted)")
+                   if (path := loop.backing_file(device) or "")}
         staged = self.staged()
         pools = self.pools()
         looks = {}

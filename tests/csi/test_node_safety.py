@@ -212,9 +212,9 @@ def test_an_unstage_never_detaches_a_loop_device_someone_took_after_the_unmount(
     assert gate.arrived() == 1
     try:
         if taken.exists():  # another file got the device's number: it must still be bound to it
-            assert loop.loops_of(other) == [device]
+            assert loop.loops_of(other, named="/other.img") == [device]
     finally:
-        for lp in loop.loops_of(other):
+        for lp in loop.loops_of(other, named="/other.img"):
             loop.detach(lp)
 
 

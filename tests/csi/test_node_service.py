@@ -76,7 +76,7 @@ def test_stage_publish_write_stats_and_tear_down(plugin: tuple[Client, NodeServi
     staging, target = tmp_path / "staging", tmp_path / "pods" / "uid" / "mount"
     stage(client, VOLUME, staging, context, fs.value)
     stage(client, VOLUME, staging, context, fs.value)  # the kubelet retries: idempotent
-    [device] = loop.loops_of(pool_env.pool.images.image_path(VOLUME))
+    [device] = pool_env.pool.images.in_use(VOLUME)
     publish(client, VOLUME, staging, target)
     publish(client, VOLUME, staging, target)
     assert mounting.mount_at(str(target)).major_minor == f"7:{device.number}"  # type: ignore[union-attr]
@@ -102,12 +102,12 @@ def test_stage_publish_write_stats_and_tear_down(plugin: tuple[Client, NodeServi
     unstage(client, VOLUME, staging)
     unstage(client, VOLUME, staging)
     assert mounting.mount_at(str(staging)) is None
-    wait_for(lambda: not loop.loops_of(pool_env.pool.images.image_path(VOLUME)), what="the loop device to go")
+    wait_for(lambda: not pool_env.pool.images.in_use(VOLUME), what="the loop device to go")
     # The data is in the image: staged again (a reboot), it is all there.
     stage(client, VOLUME, staging, context, fs.value)
     assert (staging / "hello").read_text() == "tenant data"
     unstage(client, VOLUME, staging)
-    wait_for(lambda: not loop.loops_of(pool_env.pool.images.image_path(VOLUME)), what="the loop device to go")
+    wait_for(lambda: not pool_env.pool.images.in_use(VOLUME), what="the loop device to go")
 
 
 def test_readonly_publish_is_read_only(plugin: tuple[Client, NodeService], pool_env: PoolEnv,
@@ -205,7 +205,7 @@ def test_a_replaced_image_is_refused(plugin: tuple[Client, NodeService], pool_en
     code, details = code_of(lambda: stage(client, VOLUME, tmp_path / "staging", context))
     assert code == grpc.StatusCode.FAILED_PRECONDITION
     assert f"the PV was made with {context[FS_UUID]}" in details
-    assert not loop.loops_of(pool_env.pool.images.image_path(VOLUME))
+    assert not pool_env.pool.images.in_use(VOLUME)
 
 
 def test_no_image_is_not_found_and_bad_names_are_invalid(plugin: tuple[Client, NodeService], pool_env: PoolEnv,
@@ -230,7 +230,7 @@ def test_the_image_path_cannot_escape_the_pool_through_a_symlink(plugin: tuple[C
     os.symlink(outside / "pvc-real", pool_env.root / VOLUME)
     code, details = code_of(lambda: stage(client, VOLUME, tmp_path / "staging", context))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "not a plain directory" in details
-    assert not loop.loops_of(outside / "pvc-real" / "disk.img")
+    assert not loop.loops_of(outside / "pvc-real" / "disk.img", named="/pvc-real/disk.img")
 
 
 def test_stats_report_an_image_deleted_under_its_mount(plugin: tuple[Client, NodeService], pool_env: PoolEnv,
