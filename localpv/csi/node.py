@@ -218,6 +218,14 @@ class NodeService:
                 if mounts:
                     raise _precondition(f"volume {volume_id}: its image is already mounted at "
                                         f"{mounts[0].mount_point}; a node-local volume is staged once")
+                if devices:
+                    # Bound, mounted nowhere: an earlier stage's e2fsck or resize2fs still at work
+                    # (its agent was killed; the tool was not), or a device being let go. A second
+                    # device would have two tools write one filesystem at once: wait for it.
+                    raise RpcError(grpc.StatusCode.ABORTED, f"volume {volume_id}: its image is bound to "
+                                   f"{', '.join(d.path for d in devices)}, mounted nowhere (an earlier stage's "
+                                   "filesystem check still running?); retried once it is free - if nothing uses "
+                                   "it, losetup -d it")
                 found = self._check_identity(pool, volume_id, fd, expected_uuid)
                 if thick:
                     _reallocate(fd, volume_id)

@@ -129,3 +129,27 @@ def test_another_images_loop_device_is_never_taken_for_this_ones(
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "another filesystem" in details, details
     finally:
         unstage(client, VOLUME, staging)
+
+
+def test_an_image_still_held_by_an_earlier_stages_tool_is_not_staged_a_second_time(
+        plugin: tuple[Client, NodeService], pool_env: PoolEnv, tmp_path: Path) -> None:
+    """An agent killed during a stage's e2fsck leaves the e2fsck running on its loop device (a
+    child is not killed with its parent). The kubelet's repeated stage must wait for it - a
+    second loop device would have two tools write one filesystem - and succeed once it is free.
+    (Found by the dynamic campaign.) The earlier tool is played by a process holding a loop
+    device bound to the image."""
+    client, _ = plugin
+    context = pool_env.image(VOLUME, 32 * MiB)
+    image = pool_env.pool.images.image_path(VOLUME)
+    device = sh("losetup", "--find", "--show", image).strip()
+    staging = tmp_path / "staging"
+    try:
+        code, details = code_of(lambda: stage(client, VOLUME, staging, context))
+        assert code == grpc.StatusCode.ABORTED and device in details, details
+        assert mounting.mount_at(str(staging)) is None
+        assert [lp.path for lp in pool_env.pool.images.in_use(VOLUME)] == [device]
+    finally:
+        sh("losetup", "-d", device)
+    wait_for(lambda: not pool_env.pool.images.in_use(VOLUME), what="the earlier device to go")
+    stage(client, VOLUME, staging, context)
+    unstage(client, VOLUME, staging)
