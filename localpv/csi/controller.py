@@ -141,9 +141,11 @@ class DynamicController:
             else:
                 queue.forget(key)
 
-    def _on_claim(self, _kind: str, _old: Obj | None, new: Obj | None) -> None:
+    def _on_claim(self, _kind: str, old: Obj | None, new: Obj | None) -> None:
         if new is not None:
             self.claim_queue.add(object_key(new))
+        elif old is not None:  # gone: an image begun for it is finished with (see sync_claim)
+            self.claim_queue.add(object_key(old))
 
     def _on_volume(self, _kind: str, _old: Obj | None, new: Obj | None) -> None:
         if new is None:
@@ -164,7 +166,9 @@ class DynamicController:
         """Provision (or expand) the claim if it is this node's to do; True means retry later."""
         namespace, _, name = key.partition("/")
         claim = self.claims.get(name, namespace)
-        if claim is None or claim["metadata"].get("deletionTimestamp"):
+        if claim is None:
+            return self._claim_gone(key)
+        if claim["metadata"].get("deletionTimestamp"):
             return False
         bound_to = (claim.get("spec") or {}).get("volumeName")
         if bound_to:
@@ -416,6 +420,20 @@ class DynamicController:
                 self._recover(name, record)
             except ApiError as err:
                 log.warning("image %s: cannot check against the cluster now: %s", name, err)
+
+    def _claim_gone(self, key: str) -> bool:
+        """An image begun for a claim that is gone holds room for nobody: undo it now, not at
+        the next resync (it was never handed out: no PV names it). True while one is left (its
+        pool not there now, say): the claim's key is retried with backoff until it is gone."""
+        left = False
+        for volume, record in self.journal.snapshot().items():
+            if record.claim == key and record.state is ImageState.CREATING:
+                try:
+                    self._recover(volume, record)
+                except ApiError as err:
+                    log.warning("image %s: cannot check against the cluster now: %s", volume, err)
+                left = left or self.journal.get(volume) is not None
+        return left
 
     def adopt(self) -> None:
         """Record the images of ready pools that no record names.

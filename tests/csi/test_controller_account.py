@@ -194,3 +194,21 @@ def test_a_lost_image_journal_adopts_the_images_found_in_the_pool(env: Env) -> N
                        what="the Node's events")
     assert len(adopted) == 2 and any("recorded as orphaned" in m for m in adopted)
     assert promised(env) == 132 * MiB
+
+
+def test_an_image_begun_for_a_claim_that_goes_holds_no_room_past_its_deletion(env: Env) -> None:
+    """An interrupted attempt's record (creating) whose claim is deleted: it is undone when the
+    claim goes, not at the next resync (an hour here) - its room was held for nobody."""
+    made = env.claim("waiting", node_name=None)
+    volume = f"pvc-{made['metadata']['uid']}"
+    env.pool_env.pool.images.create(volume, 64 * MiB, fs=FsType.EXT4, provisioning=Provisioning.THIN)
+    from localpv.csi.journal import ImageJournal, ImageRecord
+
+    ImageJournal(env.journal_path).put(ImageRecord(
+        volume=volume, pool="fast", size=64 * MiB, fs_type="ext4", provisioning="thin",
+        claim_uid=made["metadata"]["uid"], claim="default/waiting", state=ImageState.CREATING, since=1.0))
+    env.start()
+    assert env.journal().get(volume) is not None  # its claim still waits: the attempt is finished later
+    env.server.delete("v1", "PersistentVolumeClaim", "waiting", "default")
+    wait_for(lambda: env.journal().get(volume) is None, what="the record of the deleted claim's image to go")
+    assert env.pool_env.pool.images.names() == []
