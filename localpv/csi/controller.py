@@ -212,6 +212,12 @@ class DynamicController:
             return self._reschedule(claim, class_name, why)
         assert pool is not None
         record = self.journal.get(volume)
+        if record is not None and record.state in (ImageState.ORPHANED, ImageState.DELETING):
+            # Its image may hold a tenant's data (orphaned) or is going: never made again over it.
+            self._failed(claim, class_name, f"volume {volume} has an image recorded as {record.state.value} on node "
+                                            f"{self.settings.node_name}; it is not made again over it (runbook: "
+                                            "orphaned images)")
+            return False
         reuse = self._made(pool, record)
         if reuse is None:
             try:
@@ -422,12 +428,14 @@ class DynamicController:
                 log.warning("image %s: cannot check against the cluster now: %s", name, err)
 
     def _claim_gone(self, key: str) -> bool:
-        """An image begun for a claim that is gone holds room for nobody: undo it now, not at
-        the next resync (it was never handed out: no PV names it). True while one is left (its
-        pool not there now, say): the claim's key is retried with backoff until it is gone."""
+        """An image begun for a claim that is gone - being made, or made with no PV answered yet -
+        holds room for nobody: undo it now, not at the next resync (:meth:`_recover` keeps it if
+        a PV or the claim says it was handed out). True while one is left (its pool not there
+        now, say): the claim's key is retried with backoff until it is gone."""
         left = False
         for volume, record in self.journal.snapshot().items():
-            if record.claim == key and record.state is ImageState.CREATING:
+            begun = record.state is ImageState.CREATING or (record.state is ImageState.READY and not record.pv_uid)
+            if record.claim == key and begun:
                 try:
                     self._recover(volume, record)
                 except ApiError as err:

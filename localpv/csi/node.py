@@ -182,7 +182,8 @@ class NodeService:
         context = dict(request.volume_context)
         flags = list(capability.mount.mount_flags)
         thick = context.get(PROVISIONING) == "thick"
-        if thick and "discard" in flags:
+        # A PV's mountOptions entry may hold several options ("noatime,discard").
+        if thick and "discard" in {o.strip() for flag in flags for o in flag.split(",")}:
             raise _invalid(f"volume {volume_id}: mount option 'discard' on a thick volume would give its allocated "
                            "blocks back to the pool; remove it from the StorageClass's mountOptions")
         with self._exclusive(volume_id, slow=True):

@@ -196,9 +196,11 @@ def test_a_lost_image_journal_adopts_the_images_found_in_the_pool(env: Env) -> N
     assert promised(env) == 132 * MiB
 
 
-def test_an_image_begun_for_a_claim_that_goes_holds_no_room_past_its_deletion(env: Env) -> None:
-    """An interrupted attempt's record (creating) whose claim is deleted: it is undone when the
-    claim goes, not at the next resync (an hour here) - its room was held for nobody."""
+@pytest.mark.parametrize("state", [ImageState.CREATING, ImageState.READY])
+def test_an_image_begun_for_a_claim_that_goes_holds_no_room_past_its_deletion(env: Env, state: ImageState) -> None:
+    """An interrupted attempt's record (being made, or made before its PV was) whose claim is
+    deleted: it is undone when the claim goes, not at the next resync (an hour here) - its room
+    was held for nobody."""
     made = env.claim("waiting", node_name=None)
     volume = f"pvc-{made['metadata']['uid']}"
     env.pool_env.pool.images.create(volume, 64 * MiB, fs=FsType.EXT4, provisioning=Provisioning.THIN)
@@ -206,9 +208,29 @@ def test_an_image_begun_for_a_claim_that_goes_holds_no_room_past_its_deletion(en
 
     ImageJournal(env.journal_path).put(ImageRecord(
         volume=volume, pool="fast", size=64 * MiB, fs_type="ext4", provisioning="thin",
-        claim_uid=made["metadata"]["uid"], claim="default/waiting", state=ImageState.CREATING, since=1.0))
+        claim_uid=made["metadata"]["uid"], claim="default/waiting", state=state, since=1.0))
     env.start()
     assert env.journal().get(volume) is not None  # its claim still waits: the attempt is finished later
     env.server.delete("v1", "PersistentVolumeClaim", "waiting", "default")
     wait_for(lambda: env.journal().get(volume) is None, what="the record of the deleted claim's image to go")
     assert env.pool_env.pool.images.names() == []
+
+
+def test_a_claim_whose_volume_has_an_orphaned_image_never_gets_it_made_again(env: Env) -> None:
+    """An orphaned image (its PV deleted by hand) may hold its tenant's data: a pending claim of
+    the same uid gets one ProvisioningFailed, never a new image made over it."""
+    made = env.claim("again")
+    volume = f"pvc-{made['metadata']['uid']}"
+    images = env.pool_env.pool.images
+    fs_uuid = images.create(volume, 64 * MiB, fs=FsType.EXT4, provisioning=Provisioning.THIN)
+    from localpv.csi.journal import ImageJournal, ImageRecord
+
+    ImageJournal(env.journal_path).put(ImageRecord(
+        volume=volume, pool="fast", size=64 * MiB, fs_type="ext4", provisioning="thin",
+        claim_uid=made["metadata"]["uid"],
+        claim="default/again", state=ImageState.ORPHANED, since=1.0, fs_uuid=fs_uuid, pv_uid="gone"))
+    env.start()
+    failed = wait_for(lambda: [m for r, m in env.reasons("again") if r == "ProvisioningFailed"], what="refused")
+    assert "recorded as orphaned" in failed[0]
+    assert images.fs_uuid(volume) == fs_uuid and env.journal().get(volume).state is ImageState.ORPHANED  # type: ignore[union-attr]
+    assert env.bound_pv("again") is None

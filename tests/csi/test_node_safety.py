@@ -175,6 +175,10 @@ def test_a_thick_volume_gets_back_what_a_discard_gave_away_and_refuses_the_disca
         volume_capability=capability(flags=("discard",)))))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "discard" in details
     assert mounting.mount_at(str(staging)) is None
+    code, details = code_of(lambda: client.node("NodeStageVolume", csi.NodeStageVolumeRequest(
+        volume_id=volume, staging_target_path=str(staging), volume_context=context,
+        volume_capability=capability(flags=("noatime,discard",)))))  # one mountOptions entry, two options
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "discard" in details
     stage(client, volume, staging, context)
     (staging / "big").write_bytes(b"\x01" * (8 * MiB))
     os.sync()
