@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.campaign import AgentCampaign, NfsCampaign
+from tests.support.dyncampaign import DynamicCampaign
 
 pytestmark = pytest.mark.root
 
@@ -41,3 +42,17 @@ def test_nfs_provisioner_keeps_its_promises_under_faults_and_kill9(tmp_path: Pat
     report = NfsCampaign(tmp_path, cycles=3, cycle_seconds=3.0, seed=3).run()
     assert report.cycles == 3 and report.kills == 3
     assert report.tenants == 12
+
+
+def test_dynamic_volumes_keep_their_promises_under_agent_restarts_faults_and_pool_remounts(tmp_path: Path) -> None:
+    """A real agent as the CSI node plugin, each incarnation in a mount namespace of its own,
+    killed with volumes staged; the kubelet's calls repeated and interrupted; the pool's disk
+    unmounted and mounted again; thin and thick claims on one pool. Every tick: no image
+    mounted twice, none removed while attached, nothing promised beyond the bound; every
+    tenant reads back what it wrote; a thick volume is whole whenever it is staged."""
+    kinds = ("restart", "faults", "pool-remount", "restart")
+    report = DynamicCampaign(tmp_path, cycles=len(kinds), cycle_seconds=3.0, seed=5, forced=kinds).run()
+    assert report.cycles == len(kinds) and report.kinds == {"restart": 2, "faults": 1, "pool-remount": 1}
+    assert report.kills >= 2 and report.remounts == 1
+    assert report.tenants >= 2, "the campaign must actually write and read back data"
+    assert report.second_stages_refused >= 1 and report.calls["NodeStageVolume"] >= 8
