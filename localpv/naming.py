@@ -31,7 +31,6 @@ PROVISIONER_NAME_PREFIX = "local-volume-provisioner"
 NODE_LABEL_KEY = "localpv.dev/node"
 HOSTNAME_LABEL_KEY = "kubernetes.io/hostname"
 PROVISIONED_BY_ANNOTATION = "pv.kubernetes.io/provisioned-by"
-ALPHA_AFFINITY_ANNOTATION = "volume.alpha.kubernetes.io/node-affinity"
 
 _LABEL_VALUE_MAX = 63
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
