@@ -89,3 +89,14 @@ def test_config_check_tries_the_charts_mkfs_options_and_accepts_them(installs: d
     result = CliRunner().invoke(cli, ["config", "check", str(tmp_path)])
     assert (result.exit_code, result.stderr) == (0, ""), result.output
     assert "-m reflink=0" in result.stdout
+
+
+def test_the_csi_driver_has_the_kubelet_apply_fsgroup_to_every_volume(installs: dict[str, Install]) -> None:
+    """fsGroupPolicy File (issue 26): left at its default, ReadWriteOnceWithFSType, the kubelet
+    applies a pod's fsGroup only to volumes whose access modes hold ReadWriteOnce, so a non-root
+    pod with fsGroup got a ReadWriteOncePod dynamic volume it could not write. Each image is
+    one pod's filesystem, made by localpv: changing its ownership is always right."""
+    inst = installed(installs, "dynamic")
+    [rendered] = inst.rendered("CSIDriver")
+    assert rendered["spec"]["fsGroupPolicy"] == "File"
+    assert inst.one("storage.k8s.io/v1", "CSIDriver")["spec"]["fsGroupPolicy"] == "File"
