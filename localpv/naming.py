@@ -176,6 +176,11 @@ def node_name_problem(name: str) -> str | None:
     return _subdomain_problem(name, "a Node name")
 
 
+def secret_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a Secret (a DNS-1123 subdomain), e.g. an image pull secret."""
+    return _subdomain_problem(name, "a Secret name")
+
+
 def namespace_problem(name: str) -> str | None:
     """Why ``name`` cannot name a namespace (a DNS-1123 label)."""
     if not name:

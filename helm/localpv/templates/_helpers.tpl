@@ -153,6 +153,16 @@ StorageClass's provisioner field is immutable and every existing PV names it). *
 {{- default (printf "cluster.local/%s" (include "localpv.fullname" .)) .Values.storageClass.provisionerName }}
 {{- end }}
 
+{{/* The pull secrets' names, comma-separated (LOCALPV_JOB_IMAGE_PULL_SECRETS: the agent gives
+them to its cleanup Jobs, which run the same image). */}}
+{{- define "localpv.imagePullSecretNames" -}}
+{{- $names := list }}
+{{- range .Values.imagePullSecrets }}
+{{- if kindIs "string" . }}{{ $names = append $names . }}{{ else }}{{ $names = append $names .name }}{{ end }}
+{{- end }}
+{{- join "," $names }}
+{{- end }}
+
 {{/* Pull secrets accept both `- name: x` entries and plain names. */}}
 {{- define "localpv.imagePullSecrets" -}}
 {{- with .Values.imagePullSecrets }}
