@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from localpv.cli import cli
+from tests.conftest import NEEDS_XFS
 from tests.helm.chart import NAMESPACE, Install, installed, load_values, run_helm
 
 DYNAMIC = load_values("dynamic-values.yaml")
@@ -79,6 +80,7 @@ def test_bad_dynamic_values_fail_the_install_naming_the_value(installs: dict[str
     assert not inst.server.list("apps/v1", "DaemonSet", NAMESPACE), "a refused install created objects"
 
 
+@NEEDS_XFS
 def test_config_check_tries_the_charts_mkfs_options_and_accepts_them(installs: dict[str, Install],
                                                                     tmp_path: Path) -> None:
     """The ConfigMap the chart writes, as the kubelet mounts it, passes `localpv config check`,
