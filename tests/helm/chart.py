@@ -36,6 +36,8 @@ class Install:
     result: dict[str, Any] = field(default_factory=dict)
     #: What Helm printed on stderr during this install (its warnings).
     log: str = ""
+    #: Labels of the release namespace, made before the install (Pod Security levels).
+    namespace_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def manifests(self) -> list[Obj]:
@@ -67,7 +69,8 @@ def run_helm(python: Path, installs: Sequence[Install], workdir: Path) -> None:
     actions = []
     for i, inst in enumerate(installs):
         inst.server.start()
-        inst.server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": inst.namespace}})
+        inst.server.create({"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": inst.namespace, "labels": dict(inst.namespace_labels)}})
         kubeconfig = inst.server.write_kubeconfig(workdir / f"kubeconfig-{i}", namespace=inst.namespace)
         actions.append({"op": "install", "kubeconfig": str(kubeconfig), "namespace": inst.namespace,
                         "release": inst.release, "chart": str(CHART), "values": inst.values})
