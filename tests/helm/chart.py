@@ -24,6 +24,20 @@ RELEASE = "lp"
 Obj = dict[str, Any]
 
 
+def _newest_schemas() -> str:
+    import kubernetes_validate
+
+    return ".".join(kubernetes_validate.latest_version().split(".")[:2])
+
+
+#: The Kubernetes releases whose API schemas every object the chart renders is validated against
+#: (kubernetes-validate's, bundled in its wheel: no network): two that users still run, and the
+#: newest the pinned kubernetes-validate has. docs/compatibility.md lists them (a test checks).
+SCHEMA_VERSIONS: tuple[str, ...] = ("1.27", "1.30", _newest_schemas())
+#: The values file that turns every optional feature on (so its install renders every template).
+ALL_FEATURES = "all-features-values.yaml"
+
+
 @dataclass
 class Install:
     """One `helm install` into its own emulator: the values in, the outcome out."""
