@@ -283,7 +283,8 @@ def test_agent_environment_comes_from_the_downward_api_and_jobs_use_the_same_ima
         assert env["JOB_CONTAINER_IMAGE"]["value"] == c["image"]
         assert c["args"][0] == "agent"
     everything = container(installed(installs, "everything-values.yaml").one("apps/v1", "DaemonSet"))
-    assert everything["image"] == "registry.example.com/storage/localpv:0.1.0"
+    image = load_values("everything-values.yaml")["image"]
+    assert everything["image"] == f"{image['repository']}:{image['tag']}"
     assert everything["imagePullPolicy"] == "IfNotPresent"
 
 
