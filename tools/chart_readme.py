@@ -475,7 +475,8 @@ kubectl -n localpv exec <agent pod> -- localpv doctor
 
 More: [the project README](../../README.md) (configuration reference, migrating from the
 upstream charts), [operations](../../docs/operations.md) (disks, stuck volumes, the journal,
-upgrades, rollback), [metrics](../../docs/metrics.md), [health probes](../../docs/health.md).
+upgrades, rollback), [metrics](../../docs/metrics.md), [health probes](../../docs/health.md),
+[Kubernetes versions](../../docs/compatibility.md) (what is tested, validated, expected).
 
 ## Pod Security Admission
 
