@@ -31,7 +31,6 @@ PROVISIONER_NAME_PREFIX = "local-volume-provisioner"
 NODE_LABEL_KEY = "localpv.dev/node"
 HOSTNAME_LABEL_KEY = "kubernetes.io/hostname"
 PROVISIONED_BY_ANNOTATION = "pv.kubernetes.io/provisioned-by"
-ALPHA_AFFINITY_ANNOTATION = "volume.alpha.kubernetes.io/node-affinity"
 
 _LABEL_VALUE_MAX = 63
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -175,6 +174,11 @@ def _subdomain_problem(value: str, what: str) -> str | None:
 def node_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a Node (Kubernetes validates Node names as DNS-1123 subdomains)."""
     return _subdomain_problem(name, "a Node name")
+
+
+def secret_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a Secret (a DNS-1123 subdomain), e.g. an image pull secret."""
+    return _subdomain_problem(name, "a Secret name")
 
 
 def namespace_problem(name: str) -> str | None:

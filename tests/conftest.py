@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 import urllib.error
@@ -32,6 +33,62 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 IS_ROOT = os.geteuid() == 0
+
+# ---------------------------------------------------------------- system tools
+
+#: The programs tests run that a minimal Debian lacks, each with the Debian package that has it
+#: (.ci/run installs them; the README's first lines name them).
+SYSTEM_TOOLS: dict[str, str] = {
+    "mkfs.xfs": "xfsprogs",
+    "xfs_growfs": "xfsprogs",
+    "sfdisk": "fdisk",
+    "shellcheck": "shellcheck",
+    "promtool": "prometheus",
+    "prometheus": "prometheus",
+    "kubectl": "kubernetes-client",
+}
+#: Set to 1 (.ci/run does) to make a missing tool fail its tests instead of skipping them: CI
+#: installs every tool, so a skip there would hide tests that never ran.
+REQUIRE_TOOLS_ENV = "LOCALPV_REQUIRE_TOOLS"
+
+
+def missing_tools(*names: str) -> str | None:
+    """One line naming the tools of ``names`` not on PATH and their Debian packages, or None."""
+    for name in names:
+        if name not in SYSTEM_TOOLS:
+            raise ValueError(f"{name}: not in tests.conftest.SYSTEM_TOOLS (add it with its Debian package)")
+    missing = [n for n in names if shutil.which(n) is None]
+    if not missing:
+        return None
+    packages = sorted({SYSTEM_TOOLS[n] for n in missing})
+    return (f"{', '.join(missing)} not installed (Debian: apt-get install {' '.join(packages)}; "
+            f"{REQUIRE_TOOLS_ENV}=1 makes this a failure)")
+
+
+def require_tools(*names: str) -> None:
+    """Skip the calling test, in one line naming each missing tool and its Debian package, unless
+    every tool of ``names`` is installed; with LOCALPV_REQUIRE_TOOLS=1 fail it instead."""
+    why = missing_tools(*names)
+    if why is None:
+        return
+    if os.environ.get(REQUIRE_TOOLS_ENV) == "1":
+        pytest.fail(why, pytrace=False)
+    pytest.skip(why)
+
+
+def needs_tools(*names: str) -> pytest.MarkDecorator:
+    """The mark of a test (or of one parameter set, with ``pytest.param(..., marks=...)``) that runs
+    these programs: it is skipped or failed before it starts, as :func:`require_tools` says."""
+    return pytest.mark.tools(*names)
+
+
+#: The programs an XFS volume needs (made, grown): the mark of XFS parameters.
+NEEDS_XFS = needs_tools("mkfs.xfs", "xfs_growfs")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("tools"):
+        require_tools(*mark.args)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

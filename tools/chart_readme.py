@@ -407,6 +407,32 @@ def _minimum_kubernetes(kube_version: str) -> str:
     return f"{match[1]}.{match[2]}"
 
 
+#: The chart README's Pod Security table: each kind of pod a release may run, the level its
+#: namespace must admit, and why (tests/helm/test_chart_security.py holds the pods to it).
+POD_SECURITY: tuple[tuple[str, str, str], ...] = (
+    ("node agent (DaemonSet)", "privileged",
+     "a privileged container (mounts, block devices, tenants' files) and hostPath volumes: the discovery "
+     "directories, `/dev`, the state directory, the kubelet's directory"),
+    ("cleanup Jobs", "privileged", "the same, for the one volume each wipes (`useJobForCleaning`)"),
+    ("node cleanup (Deployment)", "restricted",
+     "API calls only: the image's non-root user, no capabilities, RuntimeDefault seccomp, read-only root "
+     "filesystem"),
+    ("NFS provisioner (Deployment)", "baseline",
+     "root with only DAC_OVERRIDE and FOWNER (it deletes and archives tenants' files on exports that are "
+     "usually root-owned), RuntimeDefault seccomp, no privilege escalation. It passes `restricted` with a "
+     "non-root `securityContext` (`runAsUser`, `runAsNonRoot: true`, `allowPrivilegeEscalation: false`, "
+     "`capabilities.drop: [ALL]`, `seccompProfile.type: RuntimeDefault`) and `nfs.mountOptions` set (the export "
+     "is then mounted through a PersistentVolumeClaim; `restricted` allows no `nfs` volume); it can then only "
+     "create, archive and delete what that user may on the export"),
+)
+
+
+def _pod_security_table() -> str:
+    rows = ["| Pods | Level they need | Why |", "|---|---|---|"]
+    rows += [f"| {pods} | `{level}` | {why} |" for pods, level, why in POD_SECURITY]
+    return "\n".join(rows)
+
+
 def intro(chart: dict[str, Any]) -> str:
     kube = chart.get("kubeVersion", "")
     return f"""\
@@ -439,7 +465,9 @@ Build the image from the repository's `Dockerfile` and push it where the nodes c
 (the chart has no default registry), then:
 
 ```sh
-helm install localpv ./helm/localpv --namespace localpv --create-namespace \\
+kubectl create namespace localpv
+kubectl label namespace localpv pod-security.kubernetes.io/enforce=privileged
+helm install localpv ./helm/localpv --namespace localpv \\
   --set image=registry.example.com/storage/localpv:{chart['appVersion']} -f my-values.yaml
 kubectl -n localpv get daemonset localpv
 kubectl -n localpv exec <agent pod> -- localpv doctor
@@ -447,7 +475,31 @@ kubectl -n localpv exec <agent pod> -- localpv doctor
 
 More: [the project README](../../README.md) (configuration reference, migrating from the
 upstream charts), [operations](../../docs/operations.md) (disks, stuck volumes, the journal,
-upgrades, rollback), [metrics](../../docs/metrics.md), [health probes](../../docs/health.md).
+upgrades, rollback), [metrics](../../docs/metrics.md), [health probes](../../docs/health.md),
+[Kubernetes versions](../../docs/compatibility.md) (what is tested, validated, expected).
+
+## Pod Security Admission
+
+Every pod of a release runs in the release namespace (cleanup Jobs too), so the namespace must
+admit the strictest need of the pods the release runs. Pod Security admission enforces the level
+of the namespace's `pod-security.kubernetes.io/enforce` label, or the cluster's default
+(`privileged` unless the API server's admission configuration says otherwise; some
+distributions and hardened clusters default to `baseline` or `restricted`). A pod it rejects
+is never created: Helm succeeds, the DaemonSet or Deployment stays without pods, and only its
+events say why (`violates PodSecurity "baseline:latest"`).
+
+{_pod_security_table()}
+
+So a release with the node agent needs a `privileged` namespace of its own:
+
+```sh
+kubectl label --overwrite namespace localpv pod-security.kubernetes.io/enforce=privileged
+```
+
+An NFS-only release (`agent.enabled=false`) may go in a `baseline` namespace. The chart reads the
+release namespace's label at install and upgrade and refuses, in one line with the label to
+set, a namespace that would reject its pods (`helm template` cannot look, nor see a cluster
+default). The chart creates no namespace (`--create-namespace` makes one without labels).
 
 ## Values
 """

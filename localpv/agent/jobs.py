@@ -56,6 +56,7 @@ def build_cleanup_job(
     config: ProvisionerConfig,
     now: float,
     attempt: int = 1,
+    image_pull_secrets: tuple[str, ...] = (),
 ) -> Obj:
     """The Job manifest: upstream's labels, annotations, volumes and node selector."""
     cls = cleanup.cls
@@ -83,6 +84,25 @@ def build_cleanup_job(
     if cleanup.identity:
         # A Job's pod may start minutes after the decision: the cleaner refuses another volume.
         env.append({"name": "LOCALPV_EXPECT_IDENTITY", "value": cleanup.identity})
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "OnFailure",
+        "nodeSelector": {HOSTNAME_LABEL_KEY: node_name},
+        "tolerations": [dict(t) for t in config.job_tolerations],
+        "containers": [{
+            "name": "cleaner",
+            "image": image,
+            "command": command,
+            "env": env,
+            # root: the image's default user is unprivileged (it serves node
+            # cleanup as is), and wiping a device or tenants' files needs root.
+            "securityContext": {"privileged": True, "runAsUser": 0},
+            "volumeMounts": mounts,
+        }],
+        "volumes": volumes,
+    }
+    if image_pull_secrets:
+        # The agent's own (the chart's imagePullSecrets): the Job runs the agent's image.
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
     labels = {HOSTNAME_LABEL_KEY: node_name, "pv": cleanup.pv_name}
     if pv_uid:
         labels["pvuuid"] = pv_uid
@@ -104,22 +124,7 @@ def build_cleanup_job(
             "activeDeadlineSeconds": int(config.cleanup_timeout),
             "template": {
                 "metadata": {"labels": {"pv": cleanup.pv_name}},
-                "spec": {
-                    "restartPolicy": "OnFailure",
-                    "nodeSelector": {HOSTNAME_LABEL_KEY: node_name},
-                    "tolerations": [dict(t) for t in config.job_tolerations],
-                    "containers": [{
-                        "name": "cleaner",
-                        "image": image,
-                        "command": command,
-                        "env": env,
-                        # root: the image's default user is unprivileged (it serves node
-                        # cleanup as is), and wiping a device or tenants' files needs root.
-                        "securityContext": {"privileged": True, "runAsUser": 0},
-                        "volumeMounts": mounts,
-                    }],
-                    "volumes": volumes,
-                },
+                "spec": pod_spec,
             },
         },
     }
@@ -150,8 +155,9 @@ class JobCleaner:
     """Creates, watches and removes this node's cleanup Jobs."""
 
     def __init__(self, api: KubeApi, *, node_name: str, namespace: str, image: str | None, clock: Clock,
-                 backoff: Backoff = DEFAULT_RETRY_BACKOFF) -> None:
+                 backoff: Backoff = DEFAULT_RETRY_BACKOFF, image_pull_secrets: tuple[str, ...] = ()) -> None:
         self.api = api
+        self.image_pull_secrets = image_pull_secrets
         self.node_name = node_name
         self.namespace = namespace
         self.image = image
@@ -182,7 +188,8 @@ class JobCleaner:
             attempt = previous.attempts + 1
             self.remove(cleanup.pv_name)
         job = build_cleanup_job(cleanup, node_name=self.node_name, namespace=self.namespace, image=self.image,
-                                config=config, now=self.clock.now(), attempt=attempt)
+                                config=config, now=self.clock.now(), attempt=attempt,
+                                image_pull_secrets=self.image_pull_secrets)
         try:
             self.api.create(JOBS, job)
         except AlreadyExists:

@@ -66,6 +66,8 @@ class AgentOptions:
     node_name: str
     namespace: str = "default"
     job_image: str | None = None
+    #: Secrets the cleanup Jobs pull their image with (the chart's imagePullSecrets).
+    job_image_pull_secrets: tuple[str, ...] = ()
     config_path: str | None = None
     discovery_period: float = 10.0
     config_sync_period: float = 5.0
@@ -235,7 +237,8 @@ class NodeAgent:
         # needs a restart (the DaemonSet rolls on config changes anyway).
         if config.use_job_for_cleaning:
             self.jobs = JobCleaner(self.api, node_name=self.node.name, namespace=self.options.namespace,
-                                   image=self.options.job_image, clock=self.clock,
+                                   image=self.options.job_image,
+                                   image_pull_secrets=self.options.job_image_pull_secrets, clock=self.clock,
                                    backoff=self.options.retry_backoff)
             self.jobs.informer.handlers.append(lambda *_: self.trigger("job"))
         self.executor = Executor(

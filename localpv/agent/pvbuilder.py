@@ -13,7 +13,6 @@ from typing import Any
 
 from localpv.config import ClassConfig, ProvisionerConfig
 from localpv.naming import (
-    ALPHA_AFFINITY_ANNOTATION,
     HOSTNAME_LABEL_KEY,
     NODE_LABEL_KEY,
     PROVISIONED_BY_ANNOTATION,
@@ -116,15 +115,13 @@ def build_pv(
         "storageClassName": spec.cls.name,
         "volumeMode": spec.volume_mode,
         "persistentVolumeReclaimPolicy": sc.reclaim_policy,
+        # Always the field: upstream's useAlphaAPI annotation is refused by the configuration.
+        "nodeAffinity": affinity,
     }
     if spec.cls.fs_type:
         pv_spec["local"]["fsType"] = spec.cls.fs_type
     if sc.mount_options and spec.volume_mode == "Filesystem":
         pv_spec["mountOptions"] = list(sc.mount_options)
-    if config.use_alpha_api:
-        annotations[ALPHA_AFFINITY_ANNOTATION] = json.dumps(affinity, separators=(",", ":"))
-    else:
-        pv_spec["nodeAffinity"] = affinity
     metadata: dict[str, Any] = {
         "name": spec.pv_name,
         "labels": pv_labels(node, config),

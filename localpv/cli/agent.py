@@ -21,6 +21,7 @@ from localpv.cli.common import (
     node_name_param,
     one_line,
     refuse,
+    secret_names_param,
 )
 from localpv.cli.root import cli
 from localpv.kube.ratelimit import AGENT_EVENT_RATE, AGENT_RATE, rate_limiter
@@ -67,6 +68,10 @@ def state_dir_problem(path: str) -> str | None:
               help="Namespace for cleanup Jobs (env MY_NAMESPACE).")
 @click.option("--job-image", envvar="JOB_CONTAINER_IMAGE", default=None,
               help="Cleanup Job image (env JOB_CONTAINER_IMAGE).")
+@click.option("--job-image-pull-secrets", envvar="LOCALPV_JOB_IMAGE_PULL_SECRETS", default="",
+              callback=secret_names_param,
+              help="Comma-separated Secrets the cleanup Jobs pull their image with (env "
+                   "LOCALPV_JOB_IMAGE_PULL_SECRETS; the chart sets the release's imagePullSecrets).")
 @KUBECONFIG_OPTION
 @click.option("--listen-address", default=":8080", show_default=True, envvar="LOCALPV_LISTEN_ADDRESS",
               help="Address for /metrics, /ready and /healthz.")
@@ -86,7 +91,8 @@ def state_dir_problem(path: str) -> str | None:
 @click.option("--kubelet-dir", default="/var/lib/kubelet", show_default=True, envvar="LOCALPV_KUBELET_DIR",
               help="The kubelet's root directory (dynamic volumes: where the CSI and registration sockets go).")
 @kube_api_rate_options(AGENT_RATE, AGENT_EVENT_RATE)
-def agent(config_path: str, node_name: str, namespace: str, job_image: str | None, kubeconfig: str | None,
+def agent(config_path: str, node_name: str, namespace: str, job_image: str | None,
+          job_image_pull_secrets: tuple[str, ...], kubeconfig: str | None,
           listen_address: str, metrics_path: str, discovery_period: float, config_sync_period: float,
           state_dir: str, host_events: bool, volume_health_period: float, kubelet_dir: str, kube_api_qps: float,
           kube_api_burst: int, event_qps: float, event_burst: int) -> None:
@@ -122,7 +128,8 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
     except JournalError as err:
         click.echo(f"error: {one_line(str(err))}", err=True)
         sys.exit(1)
-    options = AgentOptions(node_name=node_name, namespace=namespace, job_image=job_image, config_path=config_path,
+    options = AgentOptions(node_name=node_name, namespace=namespace, job_image=job_image,
+                           job_image_pull_secrets=job_image_pull_secrets, config_path=config_path,
                            discovery_period=discovery_period, config_sync_period=config_sync_period,
                            watch_host=host_events, state_dir=state_dir, volume_health_period=volume_health_period)
     process = AgentProcess(options, loaded.config, kubelet_dir=kubelet_dir, metrics_path=metrics_path)

@@ -19,6 +19,7 @@ from localpv.naming import (
     namespace_problem,
     node_name_problem,
     quote,
+    secret_name_problem,
 )
 
 if TYPE_CHECKING:
@@ -128,6 +129,18 @@ def namespace_param(ctx: click.Context, param: click.Parameter, value: str | Non
     if problem is not None:
         raise bad_parameter(ctx, param, value, problem)
     return value
+
+
+def secret_names_param(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    """A comma-separated list of Secret names (none when unset or empty)."""
+    if not value:
+        return ()
+    names = tuple(name.strip() for name in value.split(","))
+    for name in names:
+        problem = secret_name_problem(name)
+        if problem is not None:
+            raise bad_parameter(ctx, param, value, problem)
+    return names
 
 
 def duration_param(ctx: click.Context, param: click.Parameter, value: str) -> float:

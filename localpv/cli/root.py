@@ -33,21 +33,12 @@ class _Cli(click.Group):
             raise as_one_line(err) from None
 
 
-def _package_version() -> str:
-    """The installed distribution's version (importlib.metadata), else the source tree's."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("localpv")
-    except PackageNotFoundError:
-        return __version__
-
-
 def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    """``--version``: looked up only when asked, so that ``--help`` stays fast."""
+    """``--version``: the version of the code that runs (the distribution's metadata is made
+    from it at install time, and an editable install keeps whatever it was then)."""
     if not value or ctx.resilient_parsing:
         return
-    click.echo(f"localpv {_package_version()}")
+    click.echo(f"localpv {__version__}")
     ctx.exit()
 
 
@@ -80,7 +71,7 @@ def cli(ctx: click.Context, verbose: int, log_level: str | None) -> None:
 @cli.command()
 def version() -> None:
     """Print the version."""
-    click.echo(f"localpv {_package_version()}")
+    click.echo(f"localpv {__version__}")
 
 
 def main() -> None:

@@ -79,6 +79,7 @@ class ProvisionerConfig:
     classes: Mapping[str, ClassConfig] = field(default_factory=dict)
     node_labels_for_pv: tuple[str, ...] = ()
     labels_for_pv: Mapping[str, str] = field(default_factory=dict)
+    #: Always false: upstream's `true` (an annotation Kubernetes ignores since 1.11) is refused.
     use_alpha_api: bool = False
     use_job_for_cleaning: bool = False
     use_job_for_filesystem_cleaning: bool = False

@@ -184,6 +184,21 @@ def _warn_device_dir(cls: ClassConfig, path: str, problems: _Problems) -> None:
         )
 
 
+def _refuse_alpha_api(value: Any, path: str, problems: _Problems) -> bool | None:
+    """``useAlphaAPI: true`` asked for node affinity in the annotation
+    ``volume.alpha.kubernetes.io/node-affinity`` instead of ``spec.nodeAffinity``. Kubernetes
+    stopped reading that annotation in 1.11, and the API server refuses a local PV without
+    ``spec.nodeAffinity``: accepted, it made every PV create fail, in silence at load time.
+    ``false`` is what the agent does anyway, and upstream files spell it: accepted."""
+    flag = _as_bool(value, path, problems)
+    if flag:
+        problems.error(path, "expected false or no key (true puts node affinity in the annotation "
+                             "volume.alpha.kubernetes.io/node-affinity, which Kubernetes ignores since 1.11: every "
+                             "local PV would be refused for want of spec.nodeAffinity), got boolean true")
+        return None
+    return flag
+
+
 TOP_LEVEL_KEYS: dict[str, KeySpec] = {
     "storageClassMap": KeySpec("classes", _parse_class_map,
                                "One entry per StorageClass name; see the class keys."),
@@ -191,8 +206,9 @@ TOP_LEVEL_KEYS: dict[str, KeySpec] = {
                                "Node label keys whose values are copied onto created PVs."),
     "labelsForPV": KeySpec("labels_for_pv", _parse_labels,
                            "Static labels added to created PVs (win over node labels)."),
-    "useAlphaAPI": KeySpec("use_alpha_api", _as_bool,
-                           "Put node affinity in the alpha annotation (pre-1.10 clusters)."),
+    "useAlphaAPI": KeySpec("use_alpha_api", _refuse_alpha_api,
+                           "Upstream's node affinity in an alpha annotation (Kubernetes before 1.10): only "
+                           "`false` is accepted, `true` is refused (every local PV create would fail)."),
     "useJobForCleaning": KeySpec("use_job_for_cleaning", _as_bool,
                                  "Clean block volumes with a Kubernetes Job instead of in-process workers."),
     "useJobForFilesystemCleaning": KeySpec("use_job_for_filesystem_cleaning", _as_bool,

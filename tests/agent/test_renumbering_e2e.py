@@ -24,7 +24,7 @@ from localpv.host.mounts import mount_points
 from localpv.host.scan import Entry, scan_directory
 from localpv.naming import parse_quantity
 from tests.agent.conftest import AgentEnv
-from tests.conftest import wait_for
+from tests.conftest import NEEDS_XFS, wait_for
 from tests.support.hostfs import LoopDevice, LoopDevices, Mounter, sh
 
 pytestmark = pytest.mark.root
@@ -70,7 +70,7 @@ def reboot(loops: LoopDevices, mounter: Mounter, mounts: dict[Path, LoopDevice],
     return attached
 
 
-@pytest.mark.parametrize("fs", ["ext4", "xfs"])
+@pytest.mark.parametrize("fs", ["ext4", pytest.param("xfs", marks=NEEDS_XFS)])
 def test_disks_swapped_at_boot_never_wipe_the_other_tenant_and_say_so(
     fs: str, agent_env: AgentEnv, mounter: Mounter, loops: LoopDevices
 ) -> None:

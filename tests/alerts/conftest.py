@@ -4,7 +4,6 @@ and chart tests."""
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
@@ -13,19 +12,15 @@ import pytest
 # the helm-sdkpy interpreter (tests/helm).
 from tests.agent.conftest import agent_env  # noqa: F401
 from tests.agent.test_crash_e2e import agent_process, kubeconfig  # noqa: F401
+from tests.conftest import require_tools
 from tests.helm.conftest import helm_python  # noqa: F401
 
 
 def _tool(name: str) -> str:
-    """The path of a Prometheus tool. CI must have it (.ci/run installs Debian's prometheus
-    package): there a missing one fails the tests; elsewhere they are skipped with the reason."""
-    path = shutil.which(name)
-    if path is None:
-        why = f"{name} is not installed (Debian: apt-get install prometheus)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{why}; CI installs it in .ci/run")
-        pytest.skip(why)
-    return path
+    """The path of a Prometheus tool (Debian's prometheus package, which .ci/run installs):
+    skipped without it, failed with LOCALPV_REQUIRE_TOOLS=1 (tests.conftest.require_tools)."""
+    require_tools(name)
+    return str(shutil.which(name))
 
 
 @pytest.fixture(scope="session")

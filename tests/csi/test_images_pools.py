@@ -21,6 +21,7 @@ from localpv.csi.images import (
 )
 from localpv.csi.journal import ImageJournal, ImageJournalError, ImageRecord, ImageState
 from localpv.csi.pools import Pool, PoolState
+from tests.conftest import NEEDS_XFS
 from tests.csi.conftest import PoolEnv
 from tests.support.hostfs import LoopDevices, MiB, Mounter, sh
 
@@ -42,6 +43,7 @@ def test_thin_images_are_sparse_and_thick_ones_allocated(pool_env: PoolEnv) -> N
 
 
 @pytest.mark.root
+@NEEDS_XFS
 def test_the_filesystem_uuid_is_the_one_chosen(pool_env: PoolEnv) -> None:
     images = pool_env.pool.images
     chosen = images.create("pvc-a", 320 * MiB, fs=FsType.XFS, provisioning=Provisioning.THIN,
@@ -55,8 +57,8 @@ def test_the_filesystem_uuid_is_the_one_chosen(pool_env: PoolEnv) -> None:
     (FsType.EXT4, "-V", 16 * MiB),                # prints its version, exit 0, nothing written
     (FsType.EXT4, "-E offset=1048576", 16 * MiB),  # a filesystem, but 1 MiB into the image
     (FsType.EXT4, "-O journal_dev", 16 * MiB),    # an external journal: a superblock, no filesystem
-    (FsType.XFS, "-N", 320 * MiB),                # mkfs.xfs's dry run
-    (FsType.XFS, "-V", 320 * MiB),
+    pytest.param(FsType.XFS, "-N", 320 * MiB, marks=NEEDS_XFS),  # mkfs.xfs's dry run
+    pytest.param(FsType.XFS, "-V", 320 * MiB, marks=NEEDS_XFS),
 ])
 def test_mkfs_that_made_no_filesystem_fails_the_create(pool_env: PoolEnv, fs: FsType, options: str,
                                                        size: int) -> None:

@@ -25,7 +25,7 @@ from localpv.csi.images import FsType, Provisioning
 from localpv.csi.node import SLOW_CALLS, NodeService
 from localpv.csi.proto import csi_pb2 as csi
 from localpv.csi.volume import FS_UUID, NODE, POOL, PROVISIONING
-from tests.conftest import wait_for
+from tests.conftest import NEEDS_XFS, wait_for
 from tests.csi.conftest import Client, PoolEnv, capability
 from tests.csi.test_node_service import code_of, publish, stage, unpublish, unstage
 from tests.support.hostfs import MiB, sh
@@ -222,6 +222,7 @@ def test_an_unstage_never_detaches_a_loop_device_someone_took_after_the_unmount(
             loop.detach(lp)
 
 
+@NEEDS_XFS
 def test_an_xfs_volume_grows_through_its_staging_mount_when_the_pod_has_it_read_only(
         plugin: tuple[Client, NodeService], pool_env: PoolEnv, tmp_path: Path) -> None:
     client, node = plugin

@@ -17,7 +17,7 @@ from localpv.csi.images import FsType, Provisioning
 from localpv.csi.node import NodeService
 from localpv.csi.proto import csi_pb2 as csi
 from localpv.csi.volume import FS_UUID, TOPOLOGY_KEY
-from tests.conftest import wait_for
+from tests.conftest import NEEDS_XFS, wait_for
 from tests.csi.conftest import NODE_NAME, Client, PoolEnv, capability
 from tests.support.hostfs import MiB, umount
 
@@ -67,7 +67,7 @@ def fill(path: Path, size: int) -> int:
     return written
 
 
-@pytest.mark.parametrize("fs", [FsType.EXT4, FsType.XFS])
+@pytest.mark.parametrize("fs", [FsType.EXT4, pytest.param(FsType.XFS, marks=NEEDS_XFS)])
 def test_stage_publish_write_stats_and_tear_down(plugin: tuple[Client, NodeService], pool_env: PoolEnv,
                                                  tmp_path: Path, fs: FsType) -> None:
     client, _ = plugin
@@ -134,7 +134,7 @@ def _has_cap_sys_resource() -> bool:
     return False
 
 
-@pytest.mark.parametrize("fs", [FsType.EXT4, FsType.XFS])
+@pytest.mark.parametrize("fs", [FsType.EXT4, pytest.param(FsType.XFS, marks=NEEDS_XFS)])
 def test_expansion(plugin: tuple[Client, NodeService], pool_env: PoolEnv, tmp_path: Path, fs: FsType) -> None:
     """Online when the kernel allows it (XFS always; ext4 with CAP_SYS_RESOURCE), else at the next stage."""
     client, node = plugin

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client, watch
 
 from localpv_emulator.apiserver import ApiServer
-from tests.conftest import wait_for
+from tests.conftest import require_tools, wait_for
 
 Obj = dict[str, Any]
 
@@ -205,8 +205,7 @@ Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
 
 def kubectl_for(server: ApiServer, directory: Path) -> Kubectl:
     """A kubectl runner bound to ``server`` (skips the test where kubectl is not installed)."""
-    if KUBECTL is None:
-        pytest.skip("kubectl is not installed")
+    require_tools("kubectl")
     config = server.write_kubeconfig(directory / f"kubeconfig-{server.port}")
 
     def run(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -8,9 +8,8 @@ import subprocess
 import threading
 from pathlib import Path
 
-import pytest
-
 from localpv_emulator.apiserver import ApiServer
+from tests.conftest import require_tools
 from tests.emulator.conftest import KUBECTL, Kubectl, kubectl_for, pv, pvc
 
 MANIFEST = """\
@@ -93,11 +92,10 @@ def test_delete_by_name_and_errors(srv: ApiServer, kubectl: Kubectl) -> None:
 
 
 def test_get_watch_prints_new_objects(srv: ApiServer, tmp_path: Path) -> None:
-    if KUBECTL is None:
-        pytest.skip("kubectl is not installed")
+    require_tools("kubectl")
     config = srv.write_kubeconfig(tmp_path / "kubeconfig")
     srv.create(pv("pv-a"))
-    proc = subprocess.Popen([KUBECTL, "--kubeconfig", str(config), "get", "pv", "--watch", "--no-headers"],
+    proc = subprocess.Popen([str(KUBECTL), "--kubeconfig", str(config), "get", "pv", "--watch", "--no-headers"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout or []], daemon=True).start()

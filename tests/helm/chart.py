@@ -24,6 +24,20 @@ RELEASE = "lp"
 Obj = dict[str, Any]
 
 
+def _newest_schemas() -> str:
+    import kubernetes_validate
+
+    return ".".join(kubernetes_validate.latest_version().split(".")[:2])
+
+
+#: The Kubernetes releases whose API schemas every object the chart renders is validated against
+#: (kubernetes-validate's, bundled in its wheel: no network): two that users still run, and the
+#: newest the pinned kubernetes-validate has. docs/compatibility.md lists them (a test checks).
+SCHEMA_VERSIONS: tuple[str, ...] = ("1.27", "1.30", _newest_schemas())
+#: The values file that turns every optional feature on (so its install renders every template).
+ALL_FEATURES = "all-features-values.yaml"
+
+
 @dataclass
 class Install:
     """One `helm install` into its own emulator: the values in, the outcome out."""
@@ -36,6 +50,8 @@ class Install:
     result: dict[str, Any] = field(default_factory=dict)
     #: What Helm printed on stderr during this install (its warnings).
     log: str = ""
+    #: Labels of the release namespace, made before the install (Pod Security levels).
+    namespace_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def manifests(self) -> list[Obj]:
@@ -67,7 +83,8 @@ def run_helm(python: Path, installs: Sequence[Install], workdir: Path) -> None:
     actions = []
     for i, inst in enumerate(installs):
         inst.server.start()
-        inst.server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": inst.namespace}})
+        inst.server.create({"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": inst.namespace, "labels": dict(inst.namespace_labels)}})
         kubeconfig = inst.server.write_kubeconfig(workdir / f"kubeconfig-{i}", namespace=inst.namespace)
         actions.append({"op": "install", "kubeconfig": str(kubeconfig), "namespace": inst.namespace,
                         "release": inst.release, "chart": str(CHART), "values": inst.values})

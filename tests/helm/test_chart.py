@@ -8,6 +8,7 @@ emulator), and the tests read what the emulator stored and what Helm rendered.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,18 @@ from localpv.cli import cli
 from localpv.config import load_config
 from localpv.doctor import required_access
 from localpv.naming import NODE_LABEL_KEY
-from localpv_emulator.apiserver import KUBE_VERSION
-from tests.helm.chart import CI_VALUES, NAMESPACE, Install, installed, lint, load_values, run_helm
+from tests.helm.chart import (
+    ALL_FEATURES,
+    CHART,
+    CI_VALUES,
+    NAMESPACE,
+    SCHEMA_VERSIONS,
+    Install,
+    installed,
+    lint,
+    load_values,
+    run_helm,
+)
 
 Obj = dict[str, Any]
 
@@ -94,11 +105,13 @@ def test_values_file_installs_and_every_object_is_stored(installs: dict[str, Ins
         assert stored is not None, f"{obj['kind']} {meta['name']} was rendered but not created"
 
 
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
 @pytest.mark.parametrize("name", ["defaults", *CI_FILES])
-def test_rendered_manifests_are_valid_kubernetes_objects(installs: dict[str, Install], name: str) -> None:
-    """Strict validation against the Kubernetes OpenAPI schemas (offline, kubernetes-validate):
-    unknown fields and wrong types fail, which the emulator does not check everywhere."""
-    version = ".".join(KUBE_VERSION.split(".")[:2])
+def test_rendered_manifests_are_valid_kubernetes_objects(installs: dict[str, Install], name: str,
+                                                         version: str) -> None:
+    """Strict validation against the Kubernetes OpenAPI schemas of several releases (offline,
+    kubernetes-validate): unknown fields, wrong types and API versions a release no longer
+    serves fail, which the emulator does not check everywhere."""
     problems = []
     for obj in installed(installs, name).manifests:
         if obj["apiVersion"].startswith("monitoring.coreos.com/"):
@@ -110,14 +123,29 @@ def test_rendered_manifests_are_valid_kubernetes_objects(installs: dict[str, Ins
     assert not problems, "\n".join(problems)
 
 
-def test_schema_validation_catches_a_bad_manifest() -> None:
-    """The validator used above does fail on what the chart must never render."""
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+def test_schema_validation_catches_a_bad_manifest(version: str) -> None:
+    """The validator used above does fail on what the chart must never render: a misplaced field,
+    and an API version the release no longer serves (policy/v1beta1 went in 1.25)."""
     ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "x"},
           "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
               "metadata": {"labels": {"a": "b"}},
               "spec": {"containers": [{"name": "c", "image": "i", "mountPropagation": "HostToContainer"}]}}}}
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(ds, "1.31", strict=True)
+        kubernetes_validate.validate(ds, version, strict=True)
+    pdb = {"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "x"},
+           "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"a": "b"}}}}
+    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+        kubernetes_validate.validate(pdb, version, strict=True)
+
+
+def test_one_values_file_renders_every_template(installs: dict[str, Install]) -> None:
+    """The schema validation above sees every object the chart can make: the all-features
+    install renders each template that makes objects."""
+    templates = {p.name for p in (CHART / "templates").glob("*.yaml")}
+    manifest = installed(installs, ALL_FEATURES).result["manifest"]
+    rendered = set(re.findall(r"^# Source: localpv/templates/(\S+)$", manifest, re.M))
+    assert rendered == templates, f"not rendered with {ALL_FEATURES}: {sorted(templates - rendered)}"
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
@@ -134,7 +162,7 @@ def test_wrong_values_fail_the_install_with_a_clear_message(installs: dict[str, 
 
 def _config_dir(inst: Install, tmp_path: Path) -> Path:
     """The ConfigMap as the kubelet mounts it: one file per key."""
-    cm = inst.one("v1", "ConfigMap")
+    cm = inst.one("v1", "ConfigMap", "lp-localpv-config")
     target = tmp_path / "config"
     target.mkdir()
     for key, value in cm["data"].items():
@@ -175,7 +203,7 @@ def test_upstream_settings_reach_the_agent(installs: dict[str, Install], tmp_pat
 
 def test_job_cleaning_is_written_in_upstreams_format(installs: dict[str, Install], tmp_path: Path) -> None:
     inst = installed(installs, "upstream-block-jobs-values.yaml")
-    data = inst.one("v1", "ConfigMap")["data"]
+    data = inst.one("v1", "ConfigMap", "lp-localpv-config")["data"]
     assert data["useJobForCleaning"] == "true"  # upstream's chart writes "yes"; the agent reads both
     config = load_config(_config_dir(inst, tmp_path)).config
     assert config.use_job_for_cleaning and config.remove_node_not_ready_taint
@@ -255,7 +283,8 @@ def test_agent_environment_comes_from_the_downward_api_and_jobs_use_the_same_ima
         assert env["JOB_CONTAINER_IMAGE"]["value"] == c["image"]
         assert c["args"][0] == "agent"
     everything = container(installed(installs, "everything-values.yaml").one("apps/v1", "DaemonSet"))
-    assert everything["image"] == "registry.example.com/storage/localpv:0.1.0"
+    image = load_values("everything-values.yaml")["image"]
+    assert everything["image"] == f"{image['repository']}:{image['tag']}"
     assert everything["imagePullPolicy"] == "IfNotPresent"
 
 
@@ -371,9 +400,12 @@ def test_job_permissions_only_with_job_cleaning(installs: dict[str, Install]) ->
 def test_lease_permissions_only_for_nfs_with_leader_election(installs: dict[str, Install]) -> None:
     nfs = installed(installs, "nfs-subdir-values.yaml")
     assert _granted(nfs, "Role")["coordination.k8s.io/leases"] == {"get", "create", "update"}
-    for name in ("defaults", *AGENT_FILES):  # everything-values runs NFS without leader election
+    for name in ("defaults", *AGENT_FILES):
         inst = installed(installs, name)
-        assert not any("leases" in key for key in {**_granted(inst, "Role"), **_granted(inst, "ClusterRole")}), name
+        elects = bool((inst.values.get("nfs") or {}).get("server")) and \
+            (inst.values.get("leaderElection") or {}).get("enabled", True)
+        granted = any("leases" in key for key in {**_granted(inst, "Role"), **_granted(inst, "ClusterRole")})
+        assert granted == elects, name
 
 
 def test_the_nfs_provisioner_may_read_kube_system_only_when_it_derives_the_cluster_id(

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from localpv.cli import cli
+from tests.conftest import NEEDS_XFS
 from tests.helm.chart import NAMESPACE, Install, installed, load_values, run_helm
 
 DYNAMIC = load_values("dynamic-values.yaml")
@@ -79,6 +80,7 @@ def test_bad_dynamic_values_fail_the_install_naming_the_value(installs: dict[str
     assert not inst.server.list("apps/v1", "DaemonSet", NAMESPACE), "a refused install created objects"
 
 
+@NEEDS_XFS
 def test_config_check_tries_the_charts_mkfs_options_and_accepts_them(installs: dict[str, Install],
                                                                     tmp_path: Path) -> None:
     """The ConfigMap the chart writes, as the kubelet mounts it, passes `localpv config check`,
@@ -89,3 +91,14 @@ def test_config_check_tries_the_charts_mkfs_options_and_accepts_them(installs: d
     result = CliRunner().invoke(cli, ["config", "check", str(tmp_path)])
     assert (result.exit_code, result.stderr) == (0, ""), result.output
     assert "-m reflink=0" in result.stdout
+
+
+def test_the_csi_driver_has_the_kubelet_apply_fsgroup_to_every_volume(installs: dict[str, Install]) -> None:
+    """fsGroupPolicy File (issue 26): left at its default, ReadWriteOnceWithFSType, the kubelet
+    applies a pod's fsGroup only to volumes whose access modes hold ReadWriteOnce, so a non-root
+    pod with fsGroup got a ReadWriteOncePod dynamic volume it could not write. Each image is
+    one pod's filesystem, made by localpv: changing its ownership is always right."""
+    inst = installed(installs, "dynamic")
+    [rendered] = inst.rendered("CSIDriver")
+    assert rendered["spec"]["fsGroupPolicy"] == "File"
+    assert inst.one("storage.k8s.io/v1", "CSIDriver")["spec"]["fsGroupPolicy"] == "File"

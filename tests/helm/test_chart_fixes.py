@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from localpv import __version__
 from localpv.cli import cli
 from localpv_emulator.apiserver import ApiServer
 from tests.helm.chart import CI_VALUES, Install, installed, load_values, run_helm
@@ -198,8 +199,8 @@ def test_an_image_map_merges_without_helm_warnings(installs: dict[str, Install])
 
 def test_the_default_image_is_the_chart_app_version(installs: dict[str, Install]) -> None:
     c = agent_container(installed(installs, "defaults"))
-    assert c["image"] == "localpv:0.1.0"
-    assert {"name": "JOB_CONTAINER_IMAGE", "value": "localpv:0.1.0"} in c["env"]
+    assert c["image"] == f"localpv:{__version__}"
+    assert {"name": "JOB_CONTAINER_IMAGE", "value": f"localpv:{__version__}"} in c["env"]
 
 
 # ---------------------------------------------------------------- the ConfigMap

@@ -16,7 +16,7 @@ import pytest
 
 from localpv.host.identity import Identity, IdentityReader, read_udev_properties
 from localpv.host.mounts import MountInfo, read_mountinfo
-from tests.conftest import wait_for
+from tests.conftest import NEEDS_XFS, needs_tools, wait_for
 from tests.support.hostfs import LoopDevice, LoopDevices, Mounter, mkfs, sh
 
 pytestmark = pytest.mark.root
@@ -45,7 +45,7 @@ def block_identity(reader: IdentityReader, device: str) -> Identity:
     return reader.block(os.stat(device).st_rdev)
 
 
-@pytest.mark.parametrize("fs", ["ext4", "xfs"])
+@pytest.mark.parametrize("fs", ["ext4", pytest.param("xfs", marks=NEEDS_XFS)])
 def test_a_filesystem_is_known_by_its_uuid_as_libblkid_reads_it(
     fs: str, loops: LoopDevices, mounter: Mounter, tmp_path: Path
 ) -> None:
@@ -111,6 +111,7 @@ def test_a_bind_mounted_directory_is_the_filesystem_plus_its_inode_and_generatio
     assert again.value != identity.value
 
 
+@needs_tools("sfdisk")
 def test_a_partition_is_known_by_its_partition_uuid(loops: LoopDevices, tmp_path: Path) -> None:
     reader = IdentityReader(str(tmp_path / "no-udev"))
     image = tmp_path / "disk.img"

@@ -4,13 +4,13 @@ devices and real directory trees; the device is read back afterwards."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from localpv.host.cleaner import CleanerResult, run_cleaner
+from tests.conftest import require_tools
 
 from .conftest import LoopDevice, Mounter
 
@@ -56,8 +56,7 @@ def test_scripts_are_executable_and_shellcheck_clean() -> None:
         "fsclean.sh",
     }
     assert all(os.access(s, os.X_OK) for s in scripts)
-    if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed")
+    require_tools("shellcheck")
     proc = subprocess.run(["shellcheck", "-x", *map(str, scripts)], check=False, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
 

@@ -21,11 +21,11 @@ def _commands(cmd: click.Command, path: tuple[str, ...]) -> list[tuple[tuple[str
 
 
 def test_version_flag_prints_the_package_version() -> None:
-    from importlib.metadata import version
+    from localpv import __version__
 
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0, result.output
-    assert result.output == f"localpv {version('localpv')}\n"
+    assert result.output == f"localpv {__version__}\n"
 
 
 def test_version_flag_runs_no_command() -> None:

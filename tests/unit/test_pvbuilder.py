@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -12,7 +11,6 @@ from hypothesis import strategies as st
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo, VolumeSpec, build_pv, node_affinity, pv_labels
 from localpv.config import ClassConfig, ProvisionerConfig, parse_config
 from localpv.naming import (
-    ALPHA_AFFINITY_ANNOTATION,
     HOSTNAME_LABEL_KEY,
     NODE_LABEL_KEY,
     PROVISIONED_BY_ANNOTATION,
@@ -221,18 +219,6 @@ def test_affinity_terms_are_deep_copies_of_the_config() -> None:
     pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][1]["matchExpressions"][0]["values"].append("x")
     assert config.classes["sc1"].selector[0]["matchExpressions"][0]["values"] == ["v"]
     assert make_pv(config=config)["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][1] == selector[0]
-
-
-def test_alpha_api_puts_affinity_in_annotation_only() -> None:
-    selector = [{"matchExpressions": [{"key": "k", "operator": "Exists"}]}]
-    config = make_config({"sc1": {"hostDir": "/mnt/disks", "mountDir": "/mnt/disks", "selector": selector}},
-                         useAlphaAPI=True)
-    pv = make_pv(config=config)
-    assert "nodeAffinity" not in pv["spec"]
-    raw = pv["metadata"]["annotations"][ALPHA_AFFINITY_ANNOTATION]
-    assert isinstance(raw, str)
-    assert json.loads(raw) == node_affinity(NODE, config.classes["sc1"])
-    assert set(pv["metadata"]["annotations"]) == {PROVISIONED_BY_ANNOTATION, ALPHA_AFFINITY_ANNOTATION}
 
 
 # --------------------------------------------------------------------------- labels, annotations, owner

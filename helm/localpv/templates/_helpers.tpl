@@ -147,10 +147,49 @@ must be root to read every volume, delete tenants' files and open block devices.
 {{- toYaml $ctx }}
 {{- end }}
 
+{{/*
+The NFS provisioner container's securityContext. Unset (`securityContext: {}`): root, as
+upstream runs it (exports are usually root-owned, and a released claim's files, owned by its
+pods' users, are deleted or archived), with only the capabilities that takes: DAC_OVERRIDE
+(read, write and search any directory) and FOWNER (chmod a directory it adopts, delete in a
+sticky directory); RuntimeDefault seccomp and no privilege escalation: the Pod Security
+`baseline` level. A non-empty securityContext is used whole, with `runAsUser: 0` merged in
+unless it sets runAsUser or runAsNonRoot (non-root and an export through a PVC pass
+`restricted`: see the README).
+*/}}
+{{- define "localpv.nfsSecurityContext" -}}
+{{- $ctx := .Values.securityContext | default dict }}
+{{- if $ctx }}
+{{- if or (hasKey $ctx "runAsUser") $ctx.runAsNonRoot }}
+{{- toYaml $ctx }}
+{{- else }}
+{{- toYaml (merge (deepCopy $ctx) (dict "runAsUser" 0)) }}
+{{- end }}
+{{- else -}}
+runAsUser: 0
+allowPrivilegeEscalation: false
+capabilities:
+  drop: ["ALL"]
+  add: ["DAC_OVERRIDE", "FOWNER"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+{{- end }}
+
 {{/* The NFS provisioner's PROVISIONER_NAME: keep the old one when migrating (the
 StorageClass's provisioner field is immutable and every existing PV names it). */}}
 {{- define "localpv.nfsProvisionerName" -}}
 {{- default (printf "cluster.local/%s" (include "localpv.fullname" .)) .Values.storageClass.provisionerName }}
+{{- end }}
+
+{{/* The pull secrets' names, comma-separated (LOCALPV_JOB_IMAGE_PULL_SECRETS: the agent gives
+them to its cleanup Jobs, which run the same image). */}}
+{{- define "localpv.imagePullSecretNames" -}}
+{{- $names := list }}
+{{- range .Values.imagePullSecrets }}
+{{- if kindIs "string" . }}{{ $names = append $names . }}{{ else }}{{ $names = append $names .name }}{{ end }}
+{{- end }}
+{{- join "," $names }}
 {{- end }}
 
 {{/* Pull secrets accept both `- name: x` entries and plain names. */}}
@@ -191,6 +230,32 @@ imagePullSecrets:
 {{- end }}
 {{- if and (include "localpv.agentEnabled" .) .Values.dynamic.classes }}
 {{- include "localpv.dynamicRefusals" . }}
+{{- end }}
+{{- include "localpv.podSecurityRefusals" . }}
+{{- end }}
+
+{{/*
+A release namespace whose Pod Security label would reject the pods: the install would succeed
+and no pod would run (the DaemonSet's and Deployment's events say why, and nothing else does).
+Only what the chart can see is checked: the namespace's enforce label, read with lookup (not
+with `helm template`, nor a cluster-wide default level). The agent and its cleanup Jobs need
+`privileged`; the NFS provisioner with its default securityContext needs `baseline`.
+*/}}
+{{- define "localpv.podSecurityRefusals" -}}
+{{- $key := "pod-security.kubernetes.io/enforce" }}
+{{- $ns := lookup "v1" "Namespace" "" .Release.Namespace }}
+{{- $level := dig "metadata" "labels" $key "" ($ns | default dict) }}
+{{- $how := printf "Helm would succeed and no pod would run. Label the namespace: kubectl label --overwrite namespace %s %s=" .Release.Namespace $key }}
+{{- if and (include "localpv.agentEnabled" .) (has $level (list "baseline" "restricted")) }}
+{{- fail (printf "namespace %s enforces Pod Security %q (label %s), which rejects the node agent and its cleanup Jobs (privileged pods with hostPath volumes): %sprivileged, or run only the NFS provisioner there (agent.enabled=false)" .Release.Namespace $level $key $how) }}
+{{- end }}
+{{- if and (include "localpv.nfsEnabled" .) (eq $level "restricted") }}
+{{- $why := list }}
+{{- if not .Values.securityContext }}{{ $why = append $why "runs as root (the default securityContext)" }}{{ end }}
+{{- if not (or .Values.nfs.mountOptions .Values.buildMode) }}{{ $why = append $why "mounts an nfs volume (nfs.mountOptions mounts the export through a PersistentVolumeClaim)" }}{{ end }}
+{{- if $why }}
+{{- fail (printf "namespace %s enforces Pod Security %q (label %s), which rejects the NFS provisioner: it %s. %sbaseline, or give it a non-root securityContext and nfs.mountOptions (chart README, Pod Security Admission)" .Release.Namespace $level $key (join " and " $why) $how) }}
+{{- end }}
 {{- end }}
 {{- end }}
 
