@@ -30,7 +30,7 @@ import shutil
 import stat
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from enum import Enum
@@ -243,26 +243,49 @@ class ImageStore:
         """The image's file descriptor, opened without following any symlink below the pool."""
         pool_fd = self._pool_fd()
         try:
-            vol_fd = self._volume_fd(pool_fd, name, create=create)
-            try:
-                flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_NOFOLLOW | os.O_CLOEXEC
-                if create:
-                    flags |= os.O_CREAT
-                try:
-                    fd = os.open(IMAGE_FILE, flags, 0o600, dir_fd=vol_fd)
-                except OSError as err:
-                    raise ImageError(f"volume {name}: image {self.image_path(name)} cannot be opened "
-                                     f"({err.strerror})", missing=err.errno == errno.ENOENT) from err
-                try:
-                    if not stat.S_ISREG(os.fstat(fd).st_mode):
-                        raise ImageError(f"volume {name}: {self.image_path(name)} is not a regular file; refused")
-                    yield fd
-                finally:
-                    os.close(fd)
-            finally:
-                os.close(vol_fd)
+            with self._image_in(pool_fd, name, create=create, writable=writable) as fd:
+                yield fd
         finally:
             os.close(pool_fd)
+
+    @contextmanager
+    def _image_in(self, pool_fd: int, name: str, *, create: bool = False, writable: bool = True) -> Iterator[int]:
+        """The image of ``name`` in the pool directory open as ``pool_fd`` (see :meth:`open_image`)."""
+        vol_fd = self._volume_fd(pool_fd, name, create=create)
+        try:
+            flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_NOFOLLOW | os.O_CLOEXEC
+            if create:
+                flags |= os.O_CREAT
+            try:
+                fd = os.open(IMAGE_FILE, flags, 0o600, dir_fd=vol_fd)
+            except OSError as err:
+                raise ImageError(f"volume {name}: image {self.image_path(name)} cannot be opened "
+                                 f"({err.strerror})", missing=err.errno == errno.ENOENT) from err
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise ImageError(f"volume {name}: {self.image_path(name)} is not a regular file; refused")
+                yield fd
+            finally:
+                os.close(fd)
+        finally:
+            os.close(vol_fd)
+
+    def usages(self, names: Iterable[str]) -> dict[str, Usage]:
+        """The usage of each image of ``names`` that is there, through one opening of the pool
+        (one look at its mount, not one per image: an account reads every image of a pool)."""
+        pool_fd = self._pool_fd()
+        found = {}
+        try:
+            for name in names:
+                try:
+                    with self._image_in(pool_fd, name, writable=False) as fd:
+                        st = os.fstat(fd)
+                except ImageError:
+                    continue  # being made or removed, or not there: it takes nothing
+                found[name] = Usage(st.st_size, st.st_blocks * 512)
+        finally:
+            os.close(pool_fd)
+        return found
 
     # ------------------------------------------------------------------ life cycle
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from localpv.csi.account import Account, Promise, Space, Terms, open_account, strictest
-from localpv.csi.images import ImageError
+from localpv.csi.images import ImageError, Usage
 from localpv.csi.journal import ImageJournal, ImageRecord
 from localpv.csi.pools import Pool, PoolState
 
@@ -59,8 +59,15 @@ class Ledger:
         st = os.statvfs(pool.config.mount_dir)
         space = Space(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
         terms = strictest(Terms(p.config.overcommit, p.config.reserved) for p in pools.values())
-        promises = [self.promise(record, pools[record.pool])
-                    for record in self.journal.snapshot().values() if record.pool in pools]
+        records = [r for r in self.journal.snapshot().values() if r.pool in pools]
+        usages: dict[str, Usage] = {}
+        for name, each in pools.items():
+            try:
+                usages.update(each.images.usages(r.volume for r in records if r.pool == name))
+            except ImageError:
+                continue  # that pool's directory cannot be opened now: its images take nothing known
+        promises = [Promise(r.size, r.provisioning == "thick", usages[r.volume].allocated if r.volume in usages else 0)
+                    for r in records]
         return open_account(space, terms, promises)
 
     @staticmethod
