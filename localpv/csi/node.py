@@ -314,6 +314,7 @@ class NodeService:
             staged = mounting.mount_at(staging)
             if staged is None:
                 raise _precondition(f"volume {volume_id} is not staged at {staging}")
+            self._check_holds(volume_id, staged)
             current = mounting.mount_at(target)
             if current is not None:
                 if current.major_minor == staged.major_minor:
@@ -369,6 +370,16 @@ class NodeService:
         return csi.NodeGetVolumeStatsResponse(usage=usage, volume_condition=csi.VolumeCondition(
             abnormal=problem is not None, message=problem or "the image and its filesystem are healthy"))
 
+    def _check_holds(self, volume_id: str, mount: MountInfo) -> None:
+        """Refuse a mount whose filesystem is not this volume's image (its loop device reads
+        another file): publishing it would hand another volume's data to this volume's pod,
+        growing it would grow someone else's filesystem."""
+        major, minor = mounting.device_of(mount)
+        held = loop.backing_key(loop.Loop(minor)) if major == loop.LOOP_MAJOR else None
+        if held is None or held != self._image_key(volume_id):
+            raise _precondition(f"volume {volume_id}: {mount.mount_point} holds another filesystem than this "
+                                f"volume's image ({mount.source}); refused")
+
     def _image_key(self, volume_id: str) -> loop.FileKey | None:
         """The device and inode of the volume's image, in whichever configured pool holds it
         (None when none does, as far as the pools that can be looked at now show)."""
@@ -411,6 +422,7 @@ class NodeService:
             info, device = self._mounted(volume_id, path)
             if device is None:
                 raise _precondition(f"volume {volume_id}: {path} is not on a loop device")
+            self._check_holds(volume_id, info)
             try:
                 size = loop.refresh_capacity(device)
             except loop.LoopError as err:

@@ -246,3 +246,23 @@ def test_an_xfs_volume_grows_through_its_staging_mount_when_the_pod_has_it_read_
     finally:
         unpublish(client, volume, target)
         unstage(client, volume, staging)
+
+
+def test_a_staging_path_that_holds_another_volume_is_never_published_nor_grown_as_this_one(
+        plugin: tuple[Client, NodeService], pool_env: PoolEnv, tmp_path: Path) -> None:
+    """Volume A staged at S; a publish (or expansion) of volume B naming S - a confused caller -
+    must not bind A's data into B's pod."""
+    client, _ = plugin
+    context = pool_env.image("pvc-a")
+    pool_env.image("pvc-b")
+    staging, target = tmp_path / "staging", tmp_path / "target"
+    stage(client, "pvc-a", staging, context)
+    try:
+        code, details = code_of(lambda: publish(client, "pvc-b", staging, target))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "another filesystem" in details
+        assert mounting.mount_at(str(target)) is None
+        code, details = code_of(lambda: client.node("NodeExpandVolume", csi.NodeExpandVolumeRequest(
+            volume_id="pvc-b", volume_path=str(staging), capacity_range=csi.CapacityRange(required_bytes=MiB))))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "another filesystem" in details
+    finally:
+        unstage(client, "pvc-a", staging)
