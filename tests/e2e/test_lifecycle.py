@@ -150,7 +150,7 @@ def test_a_volume_unmounted_under_a_running_pod_is_abnormal_on_its_claim(cluster
     """Volume health on the real cluster: the disk of a volume a running pod uses is unmounted
     on the node (the pod keeps its own bind mount; what it writes next would go to the node's
     directory). The claim gets VolumeConditionAbnormal, as Kubernetes' health monitor posts it
-    for CSI volumes, and VolumeConditionNormal once the disk is mounted again."""
+    for CSI volumes, and VolumeConditionNormal once the same disk is mounted there again."""
     cluster.agent_pod(rel.namespace)
     path = rel.host.mount_volume("watched", "8m")
     pv = cluster.available_pv(path, timeout=30)
@@ -170,11 +170,17 @@ def test_a_volume_unmounted_under_a_running_pod_is_abnormal_on_its_claim(cluster
                      and e["involvedObject"]["kind"] == "PersistentVolumeClaim"
                      and e["involvedObject"]["name"] == "watched"), None)
 
+    # The same filesystem must come back (a new tmpfs would be another volume: held, not healthy),
+    # so a second mount of it is kept aside while it is away from its path.
+    aside = rel.host.root / "aside"
+    aside.mkdir()
+    run("mount", "--bind", str(path), str(aside))
     run("umount", str(path))
     event = wait_for(lambda: said("VolumeConditionAbnormal"), 60, "VolumeConditionAbnormal on the claim")
     assert event["type"] == "Warning" and "NotMounted" in event["message"], event
     assert (cluster.get(PODS, "user", ns) or {}).get("status", {}).get("phase") == "Running", "reporting only"
-    run("mount", "-t", "tmpfs", "-o", "size=8m,mode=1777", "localpv-e2e-watched", str(path))
+    run("mount", "--bind", str(aside), str(path))
+    run("umount", str(aside))
     back = wait_for(lambda: said("VolumeConditionNormal"), 60, "VolumeConditionNormal on the claim")
     assert back["type"] == "Normal"
     cluster.delete_and_wait(PODS, "user", ns)
