@@ -274,6 +274,7 @@ class NodeService:
         with self._exclusive(volume_id, slow=True):
             info = mounting.mount_at(staging)
             if info is not None:
+                self._check_not_another(volume_id, info)
                 self._unmount_staged(volume_id, staging, mounting.device_of(info))
             with self._busy_guard:
                 self._staged.pop(volume_id, None)
@@ -379,6 +380,18 @@ class NodeService:
         if held is None or held != self._image_key(volume_id):
             raise _precondition(f"volume {volume_id}: {mount.mount_point} holds another filesystem than this "
                                 f"volume's image ({mount.source}); refused")
+
+    def _check_not_another(self, volume_id: str, mount: MountInfo) -> None:
+        """Refuse to unstage a mount that provably holds another volume's image: unmounting it
+        would take that volume away from under its pods. What cannot be told (this volume's
+        image gone, a device that is no loop's) is unmounted: the kubelet must be able to let a
+        broken volume go."""
+        major, minor = mounting.device_of(mount)
+        held = loop.backing_key(loop.Loop(minor)) if major == loop.LOOP_MAJOR else None
+        mine = self._image_key(volume_id)
+        if held is not None and mine is not None and held != mine:
+            raise _precondition(f"volume {volume_id}: {mount.mount_point} holds another volume's filesystem "
+                                f"({mount.source}); not unmounted")
 
     def _image_key(self, volume_id: str) -> loop.FileKey | None:
         """The device and inode of the volume's image, in whichever configured pool holds it

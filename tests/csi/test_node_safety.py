@@ -248,7 +248,7 @@ def test_an_xfs_volume_grows_through_its_staging_mount_when_the_pod_has_it_read_
         unstage(client, volume, staging)
 
 
-def test_a_staging_path_that_holds_another_volume_is_never_published_nor_grown_as_this_one(
+def test_a_staging_path_that_holds_another_volume_is_never_published_grown_or_unstaged_as_this_one(
         plugin: tuple[Client, NodeService], pool_env: PoolEnv, tmp_path: Path) -> None:
     """Volume A staged at S; a publish (or expansion) of volume B naming S - a confused caller -
     must not bind A's data into B's pod."""
@@ -264,5 +264,8 @@ def test_a_staging_path_that_holds_another_volume_is_never_published_nor_grown_a
         code, details = code_of(lambda: client.node("NodeExpandVolume", csi.NodeExpandVolumeRequest(
             volume_id="pvc-b", volume_path=str(staging), capacity_range=csi.CapacityRange(required_bytes=MiB))))
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "another filesystem" in details
+        code, details = code_of(lambda: unstage(client, "pvc-b", staging))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "another volume's filesystem" in details
+        assert mounting.mount_at(str(staging)) is not None, "volume a stays staged for its pods"
     finally:
         unstage(client, "pvc-a", staging)
