@@ -260,7 +260,7 @@ _data = st.dictionaries(_keys, _value, max_size=4) | st.fixed_dictionaries(
     {"storageClassMap": st.dictionaries(st.text(min_size=1, max_size=10), _class_entry, max_size=3)})
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)  # timing varies with the machine's load; the property is what counts
 @given(_data)
 def test_arbitrary_input_gives_a_config_or_a_clear_error(data: dict[str, object]) -> None:
     try:
