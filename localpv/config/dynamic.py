@@ -61,36 +61,30 @@ class DynamicClass:
 MAX_OVERCOMMIT = 100.0
 
 
-def _parse_overcommit(value: Any, path: str, problems: _Problems) -> float | None:
-    expected = (f"expected a number from 1 to {MAX_OVERCOMMIT:g} (thin images may promise that many times the "
-                f"pool's size; beyond {MAX_OVERCOMMIT:g} the pool is full while its images are 1% written)")
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        problems.error(path, f"{expected}, got {_describe(value)}")
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        number = 0.0
-    if not 1.0 <= number <= MAX_OVERCOMMIT:  # NaN compares false: refused too
-        problems.error(path, f"{expected}, got {_describe(value)}")
-        return None
-    return number
+def _number_between(low: float, high: float, expected: str) -> _Parser:
+    """A parser of a number from ``low`` to ``high``; ``expected`` says what it is, for the error."""
+    def parse(value: Any, path: str, problems: _Problems) -> float | None:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            problems.error(path, f"{expected}, got {_describe(value)}")
+            return None
+        try:
+            number = float(value)
+        except ValueError:
+            number = low - 1
+        if not low <= number <= high:  # NaN compares false: refused too
+            problems.error(path, f"{expected}, got {_describe(value)}")
+            return None
+        return number
+    return parse
 
 
-def _parse_high_water(value: Any, path: str, problems: _Problems) -> float | None:
-    expected = ("expected a fraction from 0.5 to 1 (how full the pool may get while thin promises are not backed "
-                "before tenants are warned)")
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        problems.error(path, f"{expected}, got {_describe(value)}")
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        number = 0.0
-    if not 0.5 <= number <= 1.0:  # NaN compares false: refused too
-        problems.error(path, f"{expected}, got {_describe(value)}")
-        return None
-    return number
+_parse_overcommit = _number_between(
+    1.0, MAX_OVERCOMMIT,
+    f"expected a number from 1 to {MAX_OVERCOMMIT:g} (thin images may promise that many times the pool's size; "
+    f"beyond {MAX_OVERCOMMIT:g} the pool is full while its images are 1% written)")
+_parse_high_water = _number_between(
+    0.5, 1.0, "expected a fraction from 0.5 to 1 (how full the pool may get while thin promises are not backed "
+              "before tenants are warned)")
 
 
 def _parse_bytes(value: Any, path: str, problems: _Problems) -> int | None:
