@@ -225,7 +225,7 @@ class Journal:
             return
         doc = {"version": FORMAT_VERSION, "recovering": self.recovering,
                "volumes": {p: _as_dict(e) for p, e in sorted(entries.items())}}
-        replace_durably(self.path, json.dumps(doc, indent=1).encode("utf-8"))
+        replace_durably(self.path, json.dumps(doc, indent=1).encode("utf-8"), point="agent-journal")
 
 
 def _as_dict(entry: JournalEntry) -> dict[str, object]:

@@ -152,4 +152,4 @@ class ImageJournal:
             raw["state"] = record.state.value
             images[volume] = raw
         doc = {"version": FORMAT_VERSION, "images": images}
-        replace_durably(self.path, json.dumps(doc, indent=1).encode("utf-8"))
+        replace_durably(self.path, json.dumps(doc, indent=1).encode("utf-8"), point="image-journal")

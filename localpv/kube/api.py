@@ -54,6 +54,7 @@ from typing import Any
 from urllib.parse import quote
 
 from localpv.clock import Clock, SystemClock
+from localpv.crashpoints import reached
 from localpv.kube.errors import (
     ApiError,
     Backoff,
@@ -70,6 +71,12 @@ from localpv.kube.resources import Resource
 from localpv.kube.transport import Response, Transport
 
 log = logging.getLogger(__name__)
+
+#: The verbs that change the cluster: each is a crash point once it is answered.
+_WRITES = frozenset({"create", "update", "patch", "delete"})
+#: Writes that are no step of a protocol: events (said, not kept) and leases (a leader's heartbeat,
+#: written on a period: leader election has tests of its own).
+_NOT_STEPS = frozenset({"events", "leases"})
 
 #: One page of a list: its items and the list's resourceVersion.
 Page = tuple[list[Obj], str]
@@ -270,7 +277,10 @@ class KubeApi:
         attempt = 1
         while True:
             try:
-                return fn()
+                done = fn()
+                if verb in _WRITES and res.plural not in _NOT_STEPS:
+                    reached(f"api:{verb}:{res.plural}")  # a durable step of the cluster's state
+                return done
             except Retryable as err:
                 if attempt >= self.backoff.attempts or self.stop.is_set():
                     raise

@@ -23,6 +23,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from localpv.crashpoints import reached
+from localpv.host.durable import write_all
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 #: Mode of intermediate directories before the umask, as ``MkdirAll(path, 0777)`` upstream.
@@ -94,6 +97,7 @@ class Export:
                 if not self._is_directory(parent, parts[-1], len(parts) - 1):
                     return False
                 shutil.rmtree(parts[-1], dir_fd=parent)
+                reached("nfs-volume:removed")
                 return True
         except FileNotFoundError:
             return False
@@ -151,12 +155,16 @@ class Export:
             directory = walk.fds[-1]
             fd = _open_file(directory, temporary, len(parts), _FILE_WRITE_FLAGS)
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
+                reached("nfs-record:written")
                 os.fsync(fd)
+                reached("nfs-record:flushed")
             finally:
                 os.close(fd)
             os.rename(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+            reached("nfs-record:renamed")
             _fsync_directory(directory)
+            reached("nfs-record:dir-flushed")
 
     def remove_file(self, parts: Sequence[str], name: str) -> bool:
         """Remove file ``name`` (and a temporary left by an interrupted write); False if absent."""
@@ -238,6 +246,7 @@ class Export:
             os.mkdir(target, 0o700, dir_fd=root)
         except FileExistsError:
             return False
+        reached("nfs-archive:placeholder")
         try:
             os.rename(name, target, src_dir_fd=parent, dst_dir_fd=root)
         except OSError as err:
@@ -245,6 +254,7 @@ class Export:
                 return False  # someone filled or replaced the placeholder meanwhile: leave it alone
             os.rmdir(target, dir_fd=root)
             raise
+        reached("nfs-archive:renamed")
         return True
 
 
@@ -320,12 +330,6 @@ def _read_bounded(fd: int, name: str, limit: int) -> bytes:
         if size > limit:
             raise OSError(errno.EFBIG, f"larger than {limit} bytes", name)
     return b"".join(chunks)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _fsync_directory(fd: int) -> None:
