@@ -111,7 +111,8 @@ def test_pv_reapplied_while_the_agent_was_down_is_not_offered_dirty(agent_env: A
                        timeout=15, what="a fresh PV after the clean")
     assert os.listdir(vol) == []
     assert new["metadata"]["name"] == old["metadata"]["name"]
-    assert events(agent_env, "VolumeRetracted")
+    # Events are written by the recorder's own thread: wait for the write, do not race it.
+    wait_for(lambda: events(agent_env, "VolumeRetracted"), timeout=10, what="a VolumeRetracted event")
 
 
 def test_pv_reapplied_while_its_volume_is_being_cleaned_is_not_offered_dirty(
@@ -186,7 +187,8 @@ def test_host_dir_changed_to_an_alias_does_not_offer_a_volume_whose_cleanup_fail
             agent_env.start_agent(config)
             wait_for(lambda: (e := Journal(agent_env.state_dir / "journal.json").get("/mnt/alias/vol1")) is not None
                      and e.state == "cleaning", timeout=10, what="the record followed the volume to its new path")
-            assert events(agent_env, "VolumeMoved")
+            # The record is moved before the event is written (by the recorder's own thread).
+            wait_for(lambda: events(agent_env, "VolumeMoved"), timeout=10, what="a VolumeMoved event")
             wait_for(lambda: any("/mnt/alias/vol1" in e.get("message", "") for e in events(agent_env,
                                                                                             "VolumeFailedDelete")),
                      timeout=15, what="the cleanup goes on, and fails, under the new path")

@@ -293,6 +293,10 @@ class _Campaign:
                 self.report.cycles += 1
             self.server.faults.reset()
             self._settle()
+        except Violation as violation:
+            # The workdir goes with the test's tmp dir: CI output keeps what each process said.
+            violation.add_note(self._log_tails())
+            raise
         finally:
             for name in self._procs:
                 self._sigkill(name)
@@ -300,6 +304,14 @@ class _Campaign:
             self._teardown()
             self.report.seconds = time.monotonic() - started
         return self.report
+
+    def _log_tails(self, lines: int = 60) -> str:
+        """The last lines of each log in the workdir (campaign.log, one per process)."""
+        parts = []
+        for log in sorted(self.workdir.glob("*.log")):
+            tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+            parts.append(f"--- last {len(tail)} lines of {log.name}\n" + "\n".join(tail))
+        return "\n".join(parts)
 
     def _cycle(self) -> None:
         faults = self.rng.sample(FAULTS, k=self.rng.randint(1, 3))
