@@ -18,7 +18,8 @@ Scenarios:
 * ``volume`` - a static volume offered, claimed, written, released, cleaned and offered again
   (the agent journal's release, clean and re-offer; the PV create and delete);
 * ``nfs`` - an NFS claim provisioned (the ownership record, the PV), released with
-  ``onDelete: archive`` (the record archived, the PV deleted).
+  ``onDelete: archive`` (the record archived, the PV deleted);
+* ``nfs-delete`` - the same with ``onDelete: delete`` (the directory removed, the PV deleted).
 """
 
 from __future__ import annotations
