@@ -61,6 +61,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "bad-duration": {"minResyncPeriod": "five minutes"},
     "windows": {"enableWindows": True},
     "no-classes": {"classes": []},
+    # a surge pod would be a second agent on the node's journal (issue 26.3)
+    "surge": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1}}},
+    "surge-percent": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "10%"}}},
 }
 REFUSED = {
     "bad-volume-mode": ["volumeMode", "Filesystem", "Block"],
@@ -72,6 +75,8 @@ REFUSED = {
     "bad-duration": ["minResyncPeriod"],
     "windows": ["enableWindows", "Windows"],
     "no-classes": ["classes", "agent.enabled=false"],
+    "surge": ["updateStrategy.rollingUpdate.maxSurge", "second agent", "found 1"],
+    "surge-percent": ["updateStrategy.rollingUpdate.maxSurge", "found 10%"],
 }
 
 

@@ -222,6 +222,10 @@ imagePullSecrets:
 {{- if .Values.enableWindows }}
 {{- fail "enableWindows: localpv has no Windows agent; keep the upstream chart's Windows DaemonSet for Windows nodes, or set enableWindows=false" }}
 {{- end }}
+{{- $surge := dig "rollingUpdate" "maxSurge" 0 (.Values.updateStrategy | default dict) }}
+{{- if not (has (toString $surge) (list "0" "0%" "<nil>")) }}
+{{- fail (printf "updateStrategy.rollingUpdate.maxSurge: expected 0 (the default); found %v. A surge pod would be a second agent on the node's journal and disks while the old one runs (it would exit at start, holding the rollout); roll out with maxUnavailable instead" $surge) }}
+{{- end }}
 {{- if .Values.podSecurityPolicy.enabled }}
 {{- fail "podSecurityPolicy.enabled: PodSecurityPolicy was removed in Kubernetes 1.25; set it to false and use Pod Security admission" }}
 {{- end }}
