@@ -17,6 +17,9 @@ Scenarios:
   record dropped);
 * ``volume`` - a static volume offered, claimed, written, released, cleaned and offered again
   (the agent journal's release, clean and re-offer; the PV create and delete);
+* ``moved`` - a static disk with an identity bound and written; with the agent stopped, its
+  claim deleted, another disk put at its path and it at another: its record follows it (the
+  journal's follow), it is cleaned and offered there, the other disk offered at the old path;
 * ``nfs`` - an NFS claim provisioned (the ownership record, the PV), released with
   ``onDelete: archive`` (the record archived, the PV deleted);
 * ``nfs-delete`` - the same with ``onDelete: delete`` (the directory removed, the PV deleted).
@@ -36,7 +39,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,20 +73,31 @@ def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 
 @dataclass
 class Run:
-    """One run of a scenario: its emulator, its process, and what it has seen."""
+    """One run of a scenario: its emulator, its process (one incarnation after another), and
+    the crash point it is to die at once (``point@n``, counted over all its incarnations)."""
 
     workdir: Path
     server: ApiServer
     argv: list[str]
     env: dict[str, str]
+    crash_at: str | None = None
     proc: subprocess.Popen[bytes] | None = None
-    killed_at: str = ""
-    notes: list[str] = field(default_factory=list)
 
-    def start(self, extra: dict[str, str] | None = None) -> None:
+    @property
+    def trace(self) -> Path:
+        """Every point each incarnation reached, in order (all of them append to it)."""
+        return self.workdir / "trace"
+
+    def start(self) -> None:
+        """Start an incarnation. Until the run has died at its point, the incarnation is told
+        to die at the pass of it that is the run's n-th (the ones before it passed some)."""
         log = open(self.workdir / "daemon.log", "ab")  # noqa: SIM115 - handed to the child
         env = {k: v for k, v in os.environ.items() if k not in (ENV_AT, ENV_TRACE)}
-        env.update({"PYTHONPATH": str(Path(__file__).resolve().parents[2]), **self.env, **(extra or {})})
+        env.update({"PYTHONPATH": str(Path(__file__).resolve().parents[2]), **self.env, ENV_TRACE: str(self.trace)})
+        if self.crash_at:
+            point, _, nth = self.crash_at.partition("@")
+            passed = self.trace.read_text().split().count(point) if self.trace.exists() else 0
+            env[ENV_AT] = f"{point}@{int(nth) - passed}"
         self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
 
@@ -95,6 +109,12 @@ class Run:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
+    def stop_gently(self) -> None:
+        """SIGTERM and wait (an operator's stop; not taken for a death at the crash point)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+
 
 class Scenario:
     """What a scenario sets up, drives and checks; subclasses say each."""
@@ -102,6 +122,9 @@ class Scenario:
     name = ""
     #: A step is retried (the daemon may be down, or not yet caught up) until this long.
     step_timeout = 60.0
+    #: The daemon of the run (set by :func:`run_scenario`): a step may stop and start it, as an
+    #: operator's maintenance window does.
+    daemon: Run
 
     def setup(self, workdir: Path, server: ApiServer) -> tuple[list[str], dict[str, str]]:
         """Make the world; the daemon's command line and environment."""
@@ -133,8 +156,9 @@ def run_scenario(make: Callable[[], Scenario], crash_at: str | None, base: Path)
     trace = workdir / "trace"
     try:
         argv, env = scenario.setup(workdir, server)
-        run = Run(workdir, server, argv, env)
-        run.start({ENV_AT: crash_at} if crash_at else {ENV_TRACE: str(trace)})
+        run = Run(workdir, server, argv, env, crash_at)
+        scenario.daemon = run
+        run.start()
         crashed = crash_at is None
         for what, step in scenario.steps():
             deadline = time.monotonic() + scenario.step_timeout
@@ -142,6 +166,7 @@ def run_scenario(make: Callable[[], Scenario], crash_at: str | None, base: Path)
                 scenario.check()
                 if not crashed and run.dead_by_its_point():
                     crashed = True  # killed at the point: started again, without it
+                    run.crash_at = None
                     run.start()
                 with contextlib.suppress(OSError, ApiError, grpc.RpcError):
                     if step():
@@ -397,6 +422,84 @@ class VolumeScenario(Scenario):
         self.mounter.umount_all()
 
 
+def _contents(path: Path) -> list[str]:
+    """What a volume holds; ext4's ``lost+found`` is part of the filesystem, not a tenant's."""
+    return [name for name in os.listdir(path) if name != "lost+found"] if path.is_dir() else []
+
+
+class MovedScenario(VolumeScenario):
+    """A disk with an identity (ext4 on a loop device) offered, claimed and written; then, with
+    the agent stopped, its claim is deleted, a fresh disk takes its path and it comes back at
+    another: its record follows it there (the agent journal's follow), the Released PV of the old
+    path goes, it is cleaned at the new path and offered there, and the fresh disk is offered
+    at the old path."""
+
+    name = "moved"
+
+    def setup(self, workdir: Path, server: ApiServer) -> tuple[list[str], dict[str, str]]:
+        argv, env = super().setup(workdir, server)
+        self.mounter.umount(self.volume)  # the parent's tmpfs: this scenario's disks have identities
+        self.loops = LoopDevices(workdir)
+        self.disk_a, self.disk_b = self.loops.attach(16 * MiB, ext4=True), self.loops.attach(16 * MiB, ext4=True)
+        self.mounter.device(self.disk_a.path, self.volume)
+        self.moved_to = self.disks / "v1"
+        self.moved = False
+        return argv, env
+
+    def steps(self) -> list[tuple[str, Callable[[], bool]]]:
+        return [("the volume offered", self._offered), ("claimed and Bound", self._bound),
+                ("the tenant's data written", self._write),
+                ("with the agent stopped: the claim deleted, another disk at its path, it at another",
+                 self._move),
+                ("it cleaned and offered at its new path, the other disk offered at the old", self._settled)]
+
+    def _move(self) -> bool:
+        self.daemon.stop_gently()
+        self._release()
+        if mounted(self.volume) and not self.moved:
+            self.mounter.umount(self.volume)
+        if not mounted(self.volume):
+            self.mounter.device(self.disk_b.path, self.volume)
+        if not mounted(self.moved_to):
+            self.mounter.device(self.disk_a.path, self.moved_to)
+        self.moved = True
+        self.daemon.start()
+        return True
+
+    def _settled(self) -> bool:
+        pvs = self._by_path()
+        return all(len(pvs.get(path, [])) == 1 and pvs[path][0].get("status", {}).get("phase") == "Available"
+                   and pvs[path][0]["metadata"]["uid"] != self.first_uid and not _contents(Path(path))
+                   for path in (str(self.volume), str(self.moved_to)))
+
+    def _by_path(self) -> dict[str, list[Obj]]:
+        out: dict[str, list[Obj]] = {}
+        for pv in self.server.list("v1", "PersistentVolume"):
+            out.setdefault(str(pv["spec"]["local"]["path"]), []).append(pv)
+        return out
+
+    def check(self) -> None:
+        for path, pvs in self._by_path().items():
+            if len(pvs) > 1:
+                raise Violation("duplicate", f"{len(pvs)} PVs for {path}")
+            where = Path(path)
+            left = _contents(where)
+            if pvs[0].get("status", {}).get("phase") == "Available" and left and self.released:
+                raise Violation("offered-dirty", f"PV {pvs[0]['metadata']['name']} of {path} on offer over {left}")
+        tenant = (self.moved_to if self.moved else self.volume) / "data"
+        if self.wrote and not self.released and not tenant.exists():
+            raise Violation("cleaned-while-bound", "the tenant's data vanished while its claim is Bound")
+
+    def final(self) -> None:
+        # The record followed the disk: what the tenant left is gone from it, wherever it is.
+        if (self.moved_to / "data").exists():
+            raise Violation("lost-record", "the released tenant's data is still on its disk at the end")
+
+    def teardown(self) -> None:
+        super().teardown()
+        self.loops.detach_all()
+
+
 # ---------------------------------------------------------------- nfs: the NFS provisioner
 
 
@@ -474,7 +577,8 @@ class NfsDeleteScenario(NfsScenario):
 
 
 SCENARIOS: dict[str, Callable[[], Scenario]] = {"image": ImageScenario, "volume": VolumeScenario,
-                                                 "nfs": NfsScenario, "nfs-delete": NfsDeleteScenario}
+                                                 "moved": MovedScenario, "nfs": NfsScenario,
+                                                 "nfs-delete": NfsDeleteScenario}
 
 
 def enumerate_crashes(name: str, base: Path, *, report: Callable[[str], None] = print) -> tuple[int, list[str]]:
