@@ -19,27 +19,13 @@ import pytest
 
 from localpv.agent.journal import Journal
 from tests.agent.conftest import AgentEnv
-from tests.agent.test_renumbering_e2e import bound_claim, events
 from tests.conftest import wait_for
-from tests.support.hostfs import Mounter, sh
+from tests.support.agentenv import bound_claim, events, numbers, swap
+from tests.support.hostfs import Mounter
 
 pytestmark = pytest.mark.root
 
 Obj = dict[str, Any]
-
-
-def numbers(path: Path) -> str:
-    """The journal's ``ident`` of the tmpfs mounted at ``path``."""
-    st = os.stat(path)
-    return f"fs:{st.st_dev}:{st.st_ino}"
-
-
-def swap(path_a: Path, path_b: Path, spare: Path) -> None:
-    """Trade the mounts at ``path_a`` and ``path_b`` (each keeps its data and device number)."""
-    spare.mkdir(exist_ok=True)
-    sh("mount", "--move", path_a, spare)
-    sh("mount", "--move", path_b, path_a)
-    sh("mount", "--move", spare, path_b)
 
 
 def journal(env: AgentEnv) -> dict[str, Any]:
