@@ -21,7 +21,7 @@ from localpv.agent.journal import Journal
 from tests.agent.conftest import AgentEnv
 from tests.conftest import wait_for
 from tests.support.agentenv import bound_claim, events, numbers, swap
-from tests.support.hostfs import Mounter
+from tests.support.hostfs import Mounter, sh
 
 pytestmark = pytest.mark.root
 
@@ -189,3 +189,35 @@ def test_a_cleanup_that_starts_after_the_mounts_were_swapped_refuses_the_other_v
     assert (path_a / "bound").read_text() == "tenant b"
     swap(path_a, path_b, tmp_path / "spare")
     assert clean(threading.Event()).ok and os.listdir(path_a) == []
+
+
+def test_a_volume_on_offer_moved_to_another_path_is_not_offered_twice(agent_env: AgentEnv, mounter: Mounter) -> None:
+    """An Available tmpfs volume moved to a new path (``mount --move``) while no agent runs keeps
+    its numbers: it is the volume its PV offers, wherever it is. A second PV for it at the new
+    path offered one volume twice, and once it was moved back the first PV, still on offer, showed
+    whatever the second one's tenant wrote (found by tests/reliability/test_swaps.py)."""
+    path_a, path_e = agent_env.fs_dir / "a", agent_env.fs_dir / "e"
+    mounter.tmpfs(path_a)
+    agent_env.start_agent()
+    pv_a = wait_for(lambda: agent_env.phase("/mnt/disks/a") == "Available" and agent_env.pv_for("/mnt/disks/a"),
+                    timeout=10, what="a on offer")
+    agent_env.stop_agents()
+    path_e.mkdir()
+    sh("mount", "--move", path_a, path_e)
+    try:
+        agent = agent_env.start_agent()
+        wait_for(lambda: agent.passes >= 1, timeout=10, what="a pass")
+        for _ in range(3):
+            agent.reconcile_once()
+        assert agent_env.pv_for("/mnt/disks/e") is None, "one volume offered under two PVs"
+        [skip] = [s for s in agent.status()["skipped"] if s["path"] == str(path_e)]
+        assert "same volume as /mnt/disks/a" in skip["reason"], skip
+        agent_env.stop_agents()
+    finally:
+        sh("mount", "--move", path_e, path_a)
+    agent = agent_env.start_agent()
+    wait_for(lambda: agent.passes >= 1, timeout=10, what="a pass")
+    agent.reconcile_once()
+    assert agent_env.pv_for("/mnt/disks/a")["metadata"]["uid"] == pv_a["metadata"]["uid"]
+    assert agent_env.pv_for("/mnt/disks/e") is None and agent_env.phase("/mnt/disks/a") == "Available"
+
