@@ -221,3 +221,34 @@ def test_a_volume_on_offer_moved_to_another_path_is_not_offered_twice(agent_env:
     assert agent_env.pv_for("/mnt/disks/a")["metadata"]["uid"] == pv_a["metadata"]["uid"]
     assert agent_env.pv_for("/mnt/disks/e") is None and agent_env.phase("/mnt/disks/a") == "Available"
 
+
+def swapped_at_a_reboot(env: AgentEnv, mounter: Mounter) -> tuple[Path, Path, Obj]:
+    """b Bound with its tenant's data, a on offer; both without identity (a disk without WWN keeps
+    its data across a reboot, modelled by tmpfs); at the reboot they come up at each other's paths."""
+    path_a, path_b = env.fs_dir / "a", env.fs_dir / "b"
+    mounter.tmpfs(path_a)
+    mounter.tmpfs(path_b)
+    env.start_agent(boot="boot-1")
+    pv_b = bound_claim(env, "tenant-b", "/mnt/disks/b")
+    wait_for(lambda: env.phase("/mnt/disks/a") == "Available", timeout=10, what="a on offer")
+    (path_b / "b-data").write_text("tenant b")
+    env.stop_agents()
+    swap(path_a, path_b, env.root / "spare")
+    return path_a, path_b, pv_b
+
+
+def test_after_a_reboot_a_pv_on_offer_over_a_volume_holding_data_is_taken_off_offer(
+    agent_env: AgentEnv, mounter: Mounter
+) -> None:
+    """Numbers of an earlier boot prove nothing: a PV on offer whose path now shows a volume that is
+    not empty (here the bound tenant's, swapped at the reboot) stayed on offer - any claim would
+    have got the tenant's data (found by tests/reliability/test_swaps.py)."""
+    path_a, path_b, _ = swapped_at_a_reboot(agent_env, mounter)
+    agent = agent_env.start_agent(boot="boot-2")
+    wait_for(lambda: agent.passes >= 1, timeout=10, what="a pass")
+    for _ in range(3):
+        agent.reconcile_once()
+    assert agent_env.phase("/mnt/disks/a") != "Available", "on offer over the bound tenant's data"
+    assert (path_a / "b-data").read_text() == "tenant b"
+    assert "/mnt/disks/a" in {v["path"] for v in agent.status()["volumes"] if v["held"]}
+    swap(path_a, path_b, agent_env.root / "spare")
