@@ -252,3 +252,26 @@ def test_after_a_reboot_a_pv_on_offer_over_a_volume_holding_data_is_taken_off_of
     assert (path_a / "b-data").read_text() == "tenant b"
     assert "/mnt/disks/a" in {v["path"] for v in agent.status()["volumes"] if v["held"]}
     swap(path_a, path_b, agent_env.root / "spare")
+
+
+def test_after_a_reboot_a_bound_volume_does_not_take_the_empty_volume_swapped_onto_its_path(
+    agent_env: AgentEnv, mounter: Mounter
+) -> None:
+    """A Bound record is left as it is across a reboot. It used to take the empty volume swapped
+    onto its path (empty: nothing to lose by cleaning it) - and once the operator put the mounts
+    back, it claimed that other volume by this boot's numbers: both paths held, the empty volume
+    never offered again without the operator's word (found by the swaps suite)."""
+    path_a, path_b, pv_b = swapped_at_a_reboot(agent_env, mounter)
+    agent = agent_env.start_agent(boot="boot-2")
+    wait_for(lambda: agent.passes >= 1, timeout=10, what="a pass")
+    for _ in range(3):
+        agent.reconcile_once()
+    agent_env.stop_agents()
+    swap(path_a, path_b, agent_env.root / "spare")  # the operator puts them back
+    agent = agent_env.start_agent(boot="boot-2")
+    wait_for(lambda: agent_env.phase("/mnt/disks/a") == "Available", timeout=20, what="a on offer again")
+    agent.reconcile_once()
+    assert [v["path"] for v in agent.status()["volumes"] if v["held"]] == []
+    assert agent_env.pv_for("/mnt/disks/b")["metadata"]["uid"] == pv_b["metadata"]["uid"]
+    assert agent_env.phase("/mnt/disks/b") == "Bound" and (path_b / "b-data").read_text() == "tenant b"
+    assert events(agent_env, "VolumeAccepted") == []

@@ -182,6 +182,14 @@ def test_after_a_reboot_a_pv_on_offer_over_an_empty_volume_stays_on_offer() -> N
     assert journal_after(w, result)["/mnt/disks/a"].boot == BOOT
 
 
+def test_after_a_reboot_a_bound_record_does_not_take_an_empty_volume_at_its_path() -> None:
+    w = world([tmpfs("a", 41)], {"/mnt/disks/a": rec(USED, "a", 40, boot=EARLIER, pv_uid="uid-a",
+                                                     claim="claim-of-uid-a")},
+              [make_pv("a", phase="Bound", uid="uid-a")], empty=frozenset({"/mnt/disks/a"}))
+    result = plan(w)
+    assert result.held == {} and result.journal == {} and result.events == []
+
+
 def test_only_volumes_known_by_another_boots_numbers_are_looked_at_for_emptiness() -> None:
     w = world([tmpfs("a", 40), tmpfs("b", 41), tmpfs("c", 42)],
               {"/mnt/disks/a": rec(USED, "a", 40, boot=EARLIER), "/mnt/disks/b": rec(USED, "b", 41),
