@@ -3,6 +3,7 @@ fixture (tests/agent and tests/reliability use it), and what tests do with such 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from localpv.host.scan import Entry
 from localpv.kube.api import KubeApi, RequestObserver
 from localpv.kube.errors import ApiError, Backoff
 from localpv.kube.events import EventRecorder
+from localpv.kube.transport import connect
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import node, storage_class
 from tests.conftest import wait_for
@@ -104,22 +106,44 @@ class AgentEnv:
         return pv.get("status", {}).get("phase") if pv else None
 
 
-@pytest.fixture
-def agent_env(apiserver: ApiServer, kube: KubeApi, tmp_path: Path) -> Iterator[AgentEnv]:
+def prepare(apiserver: ApiServer, kube: KubeApi, root: Path) -> AgentEnv:
+    """The node, its classes and directories under ``root``, and an empty journal."""
     apiserver.create(node(NODE))
     for sc in (storage_class("local-fs", binding="Immediate"), storage_class("fast", binding="Immediate")):
         apiserver.create(sc)
-    env = AgentEnv(apiserver, kube, tmp_path, tmp_path / "fs", tmp_path / "block", tmp_path / "state")
+    env = AgentEnv(apiserver, kube, root, root / "fs", root / "block", root / "state")
     for d in (env.fs_dir, env.block_dir, env.state_dir):
-        d.mkdir()
+        d.mkdir(parents=True)
     # Tests start on a node whose volumes they make themselves: a journal with nothing to
     # recover. (The agent itself treats a missing journal as lost; tests of that remove it.)
     Journal.initialise(env.state_dir / "journal.json")
+    return env
+
+
+@pytest.fixture
+def agent_env(apiserver: ApiServer, kube: KubeApi, tmp_path: Path) -> Iterator[AgentEnv]:
+    env = prepare(apiserver, kube, tmp_path)
     try:
         yield env
     finally:
         env.stop_agents()
 
+
+@contextlib.contextmanager
+def fresh_agent_env(root: Path) -> Iterator[AgentEnv]:
+    """What the ``agent_env`` fixture gives, with an emulator of its own: for a test that needs
+    several nodes in turn (tests/support/swaps.py)."""
+    server = ApiServer(binder=True)
+    server.start()
+    try:
+        api = KubeApi(connect(server.url), backoff=Backoff(initial=0.01, maximum=0.2, attempts=5))
+        env = prepare(server, api, root)
+        try:
+            yield env
+        finally:
+            env.stop_agents()
+    finally:
+        server.stop()
 
 
 def bound_claim(env: AgentEnv, name: str, host_path: str) -> Obj:
