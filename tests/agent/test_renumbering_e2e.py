@@ -10,7 +10,6 @@ live tenant's data is ever deleted, and nothing that may hold data is offered.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -25,6 +24,7 @@ from localpv.host.scan import Entry, scan_directory
 from localpv.naming import parse_quantity
 from tests.agent.conftest import AgentEnv
 from tests.conftest import NEEDS_XFS, wait_for
+from tests.support.agentenv import bound_claim, events, forget_identities
 from tests.support.hostfs import LoopDevice, LoopDevices, Mounter, sh
 
 pytestmark = pytest.mark.root
@@ -35,24 +35,6 @@ MiB = 1024 * 1024
 
 def uuid(dev: LoopDevice) -> str:
     return sh("blkid", "-p", "-o", "value", "-s", "UUID", dev.path).strip()
-
-
-def bound_claim(env: AgentEnv, name: str, host_path: str) -> Obj:
-    """A tenant's claim on the PV of ``host_path``, Bound, and the journal knowing it is used."""
-    pv = wait_for(lambda: env.phase(host_path) == "Available" and env.pv_for(host_path), timeout=10,
-                  what=f"{host_path} Available")
-    env.apiserver.create({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-fs", "volumeMode": "Filesystem",
-                 "volumeName": pv["metadata"]["name"], "resources": {"requests": {"storage": "1Mi"}}}})
-    wait_for(lambda: env.phase(host_path) == "Bound", timeout=10, what=f"{host_path} Bound")
-    wait_for(lambda: (e := Journal(env.state_dir / "journal.json").get(host_path)) is not None and e.state == "used",
-             timeout=10, what=f"the journal records the use of {host_path}")
-    return dict(pv)
-
-
-def events(env: AgentEnv, reason: str, namespace: str = "default") -> list[Obj]:
-    return [e for e in env.apiserver.list("v1", "Event", namespace) if e.get("reason") == reason]
 
 
 def reboot(loops: LoopDevices, mounter: Mounter, mounts: dict[Path, LoopDevice],
@@ -337,16 +319,6 @@ def test_a_disk_swapped_between_the_look_and_the_create_is_not_published_as_the_
     assert record is not None and record.identity == f"fs:uuid={uuid(disk_y)}"
 
 
-def forget_identities(env: AgentEnv) -> None:
-    """Rewrite the journal as a release from before identities kept it: no ``identity``, no ``boot``."""
-    path = env.state_dir / "journal.json"
-    doc = json.loads(path.read_text())
-    for record in doc["volumes"].values():
-        record.pop("identity", None)
-        record.pop("boot", None)
-    path.write_text(json.dumps(doc))
-
-
 def test_disks_swapped_before_the_first_pass_after_an_upgrade_learn_their_own_identities(
     agent_env: AgentEnv, mounter: Mounter, loops: LoopDevices
 ) -> None:
@@ -364,7 +336,7 @@ def test_disks_swapped_before_the_first_pass_after_an_upgrade_learn_their_own_id
     (path_a / "a-data").write_text("tenant a")
     (path_b / "b-data").write_text("tenant b")
     agent_env.stop_agents()
-    forget_identities(agent_env)
+    forget_identities(agent_env.state_dir)
     agent_env.apiserver.delete("v1", "PersistentVolumeClaim", "tenant-a", "default")
     wait_for(lambda: agent_env.phase("/mnt/disks/a") == "Released", timeout=10, what="a Released")
     spare = agent_env.root / "spare"

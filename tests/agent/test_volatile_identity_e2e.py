@@ -19,27 +19,13 @@ import pytest
 
 from localpv.agent.journal import Journal
 from tests.agent.conftest import AgentEnv
-from tests.agent.test_renumbering_e2e import bound_claim, events
 from tests.conftest import wait_for
+from tests.support.agentenv import bound_claim, events, numbers, swap
 from tests.support.hostfs import Mounter, sh
 
 pytestmark = pytest.mark.root
 
 Obj = dict[str, Any]
-
-
-def numbers(path: Path) -> str:
-    """The journal's ``ident`` of the tmpfs mounted at ``path``."""
-    st = os.stat(path)
-    return f"fs:{st.st_dev}:{st.st_ino}"
-
-
-def swap(path_a: Path, path_b: Path, spare: Path) -> None:
-    """Trade the mounts at ``path_a`` and ``path_b`` (each keeps its data and device number)."""
-    spare.mkdir(exist_ok=True)
-    sh("mount", "--move", path_a, spare)
-    sh("mount", "--move", path_b, path_a)
-    sh("mount", "--move", spare, path_b)
 
 
 def journal(env: AgentEnv) -> dict[str, Any]:
@@ -203,3 +189,89 @@ def test_a_cleanup_that_starts_after_the_mounts_were_swapped_refuses_the_other_v
     assert (path_a / "bound").read_text() == "tenant b"
     swap(path_a, path_b, tmp_path / "spare")
     assert clean(threading.Event()).ok and os.listdir(path_a) == []
+
+
+def test_a_volume_on_offer_moved_to_another_path_is_not_offered_twice(agent_env: AgentEnv, mounter: Mounter) -> None:
+    """An Available tmpfs volume moved to a new path (``mount --move``) while no agent runs keeps
+    its numbers: it is the volume its PV offers, wherever it is. A second PV for it at the new
+    path offered one volume twice, and once it was moved back the first PV, still on offer, showed
+    whatever the second one's tenant wrote (found by tests/reliability/test_swaps.py)."""
+    path_a, path_e = agent_env.fs_dir / "a", agent_env.fs_dir / "e"
+    mounter.tmpfs(path_a)
+    agent_env.start_agent()
+    pv_a = wait_for(lambda: agent_env.phase("/mnt/disks/a") == "Available" and agent_env.pv_for("/mnt/disks/a"),
+                    timeout=10, what="a on offer")
+    agent_env.stop_agents()
+    path_e.mkdir()
+    sh("mount", "--move", path_a, path_e)
+    try:
+        agent = agent_env.start_agent()
+        wait_for(lambda: agent.passes >= 1, timeout=10, what="a pass")
+        for _ in range(3):
+            agent.reconcile_once()
+        assert agent_env.pv_for("/mnt/disks/e") is None, "one volume offered under two PVs"
+        [skip] = [s for s in agent.status()["skipped"] if s["path"] == str(path_e)]
+        assert "same volume as /mnt/disks/a" in skip["reason"], skip
+        agent_env.stop_agents()
+    finally:
+        sh("mount", "--move", path_e, path_a)
+    agent = agent_env.start_agent()
+    wait_for(lambda: agent.passes >= 1, timeout=10, what="a pass")
+    agent.reconcile_once()
+    assert agent_env.pv_for("/mnt/disks/a")["metadata"]["uid"] == pv_a["metadata"]["uid"]
+    assert agent_env.pv_for("/mnt/disks/e") is None and agent_env.phase("/mnt/disks/a") == "Available"
+
+
+def swapped_at_a_reboot(env: AgentEnv, mounter: Mounter) -> tuple[Path, Path, Obj]:
+    """b Bound with its tenant's data, a on offer; both without identity (a disk without WWN keeps
+    its data across a reboot, modelled by tmpfs); at the reboot they come up at each other's paths."""
+    path_a, path_b = env.fs_dir / "a", env.fs_dir / "b"
+    mounter.tmpfs(path_a)
+    mounter.tmpfs(path_b)
+    env.start_agent(boot="boot-1")
+    pv_b = bound_claim(env, "tenant-b", "/mnt/disks/b")
+    wait_for(lambda: env.phase("/mnt/disks/a") == "Available", timeout=10, what="a on offer")
+    (path_b / "b-data").write_text("tenant b")
+    env.stop_agents()
+    swap(path_a, path_b, env.root / "spare")
+    return path_a, path_b, pv_b
+
+
+def test_after_a_reboot_a_pv_on_offer_over_a_volume_holding_data_is_taken_off_offer(
+    agent_env: AgentEnv, mounter: Mounter
+) -> None:
+    """Numbers of an earlier boot prove nothing: a PV on offer whose path now shows a volume that is
+    not empty (here the bound tenant's, swapped at the reboot) stayed on offer - any claim would
+    have got the tenant's data (found by tests/reliability/test_swaps.py)."""
+    path_a, path_b, _ = swapped_at_a_reboot(agent_env, mounter)
+    agent = agent_env.start_agent(boot="boot-2")
+    wait_for(lambda: agent.passes >= 1, timeout=10, what="a pass")
+    for _ in range(3):
+        agent.reconcile_once()
+    assert agent_env.phase("/mnt/disks/a") != "Available", "on offer over the bound tenant's data"
+    assert (path_a / "b-data").read_text() == "tenant b"
+    assert "/mnt/disks/a" in {v["path"] for v in agent.status()["volumes"] if v["held"]}
+    swap(path_a, path_b, agent_env.root / "spare")
+
+
+def test_after_a_reboot_a_bound_volume_does_not_take_the_empty_volume_swapped_onto_its_path(
+    agent_env: AgentEnv, mounter: Mounter
+) -> None:
+    """A Bound record is left as it is across a reboot. It used to take the empty volume swapped
+    onto its path (empty: nothing to lose by cleaning it) - and once the operator put the mounts
+    back, it claimed that other volume by this boot's numbers: both paths held, the empty volume
+    never offered again without the operator's word (found by the swaps suite)."""
+    path_a, path_b, pv_b = swapped_at_a_reboot(agent_env, mounter)
+    agent = agent_env.start_agent(boot="boot-2")
+    wait_for(lambda: agent.passes >= 1, timeout=10, what="a pass")
+    for _ in range(3):
+        agent.reconcile_once()
+    agent_env.stop_agents()
+    swap(path_a, path_b, agent_env.root / "spare")  # the operator puts them back
+    agent = agent_env.start_agent(boot="boot-2")
+    wait_for(lambda: agent_env.phase("/mnt/disks/a") == "Available", timeout=20, what="a on offer again")
+    agent.reconcile_once()
+    assert [v["path"] for v in agent.status()["volumes"] if v["held"]] == []
+    assert agent_env.pv_for("/mnt/disks/b")["metadata"]["uid"] == pv_b["metadata"]["uid"]
+    assert agent_env.phase("/mnt/disks/b") == "Bound" and (path_b / "b-data").read_text() == "tenant b"
+    assert events(agent_env, "VolumeAccepted") == []

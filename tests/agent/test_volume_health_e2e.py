@@ -18,8 +18,9 @@ import pytest
 
 from localpv.agent.node import NodeAgent
 from tests.agent.conftest import AgentEnv
-from tests.agent.test_renumbering_e2e import bound_claim, reboot
+from tests.agent.test_renumbering_e2e import reboot
 from tests.conftest import wait_for
+from tests.support.agentenv import bound_claim
 from tests.support.hostfs import HungFuse, LoopDevice, LoopDevices, Mounter, sh
 
 pytestmark = pytest.mark.root

@@ -160,14 +160,28 @@ def test_identity_that_moved_away_from_a_dirty_record_is_cleaned_where_it_went()
     assert "VolumeMoved" in [e.reason for e in result.events]
 
 
-def test_unmounted_offered_volume_does_not_block_an_unrelated_mount_reusing_its_device_number() -> None:
-    # tmpfs device numbers are reused after unmount: an offered (never used) record whose
-    # path no longer names a volume must not block a new mount elsewhere.
+def test_a_published_volume_whose_path_shows_nothing_owns_its_numbers_of_this_boot() -> None:
+    # An offered volume moved with `mount --move` keeps its numbers: a mount at another path that
+    # shows them is that volume (or an unrelated tmpfs reusing a freed anonymous number: nothing
+    # tells them apart). While its PV is published it is not offered a second time, and it is said.
     pv = make_pv("vol1", uid="uid-1")
     record = replace(jentry(OFFERED, pv_uid="uid-1"), ident=IDENT)
     world = make_world(scans={"sc1": [Entry("vol1", "/discovery/disks/vol1", EntryKind.DIRECTORY,
                                             reason="not a mount point"), vol("vol2")]},
                        pvs=[pv], journal={"/mnt/disks/vol1": record})
+    result = plan(world)
+    assert result.creates == []
+    [skip] = [s for s in result.skipped if s.path == "/discovery/disks/vol2"]
+    assert "same volume as /mnt/disks/vol1" in skip.reason and "already published" in skip.reason
+
+
+def test_numbers_of_a_published_volume_of_an_earlier_boot_block_nothing() -> None:
+    # After a reboot the numbers were dealt out again: they name nothing.
+    pv = make_pv("vol1", uid="uid-1")
+    record = replace(jentry(OFFERED, pv_uid="uid-1"), ident=IDENT, boot="boot-0")
+    world = replace(make_world(scans={"sc1": [Entry("vol1", "/discovery/disks/vol1", EntryKind.DIRECTORY,
+                                                    reason="not a mount point"), vol("vol2")]},
+                               pvs=[pv], journal={"/mnt/disks/vol1": record}), boot="boot-1")
     assert [c.host_path for c in plan(world).creates] == ["/mnt/disks/vol2"]
 
 

@@ -166,6 +166,30 @@ def test_after_a_reboot_a_bound_volume_is_left_alone_and_keeps_its_earlier_boot(
     assert result.held == {} and result.journal == {} and result.events == []
 
 
+def test_after_a_reboot_a_pv_on_offer_over_a_volume_that_is_not_empty_is_taken_off_offer() -> None:
+    w = world([tmpfs("a", 40)], {"/mnt/disks/a": rec(OFFERED, "a", 40, boot=EARLIER, pv_uid="uid-a")},
+              [make_pv("a", phase="Available", uid="uid-a")])
+    result = plan(w)
+    assert [r.host_path for r in result.retracts] == ["/mnt/disks/a"] and "/mnt/disks/a" in result.held
+    assert result.cleanups == [] and result.creates == []
+
+
+def test_after_a_reboot_a_pv_on_offer_over_an_empty_volume_stays_on_offer() -> None:
+    w = world([tmpfs("a", 40)], {"/mnt/disks/a": rec(OFFERED, "a", 40, boot=EARLIER, pv_uid="uid-a")},
+              [make_pv("a", phase="Available", uid="uid-a")], empty=frozenset({"/mnt/disks/a"}))
+    result = plan(w)
+    assert result.retracts == [] and result.held == {}
+    assert journal_after(w, result)["/mnt/disks/a"].boot == BOOT
+
+
+def test_after_a_reboot_a_bound_record_does_not_take_an_empty_volume_at_its_path() -> None:
+    w = world([tmpfs("a", 41)], {"/mnt/disks/a": rec(USED, "a", 40, boot=EARLIER, pv_uid="uid-a",
+                                                     claim="claim-of-uid-a")},
+              [make_pv("a", phase="Bound", uid="uid-a")], empty=frozenset({"/mnt/disks/a"}))
+    result = plan(w)
+    assert result.held == {} and result.journal == {} and result.events == []
+
+
 def test_only_volumes_known_by_another_boots_numbers_are_looked_at_for_emptiness() -> None:
     w = world([tmpfs("a", 40), tmpfs("b", 41), tmpfs("c", 42)],
               {"/mnt/disks/a": rec(USED, "a", 40, boot=EARLIER), "/mnt/disks/b": rec(USED, "b", 41),

@@ -151,9 +151,19 @@ def _ident_owners(
             continue
         unknown_past = record.state == OFFERED and path not in by_path  # its PV is gone: may hold data
         if record.state in DIRTY or unknown_past or (path in visible and path in by_path):
-            for key in (record.identity, record.numbers_in(world.boot)):
-                if key:
-                    owners.setdefault(key, path)
+            keys = (record.identity, record.numbers_in(world.boot))
+        elif path in by_path and not record.identity:
+            # Published, its path showing nothing now, and known by its numbers only: those numbers
+            # at another path are this volume (a `mount --move` keeps them) as far as anything can
+            # tell - or an unrelated mount that reuses a freed anonymous number. A second PV for it
+            # would offer one volume twice, and once it is moved back the first PV is on offer over
+            # whatever the second one's tenant wrote. Refused while the PV is there, and said.
+            keys = ("", record.numbers_in(world.boot))
+        else:
+            continue
+        for key in keys:
+            if key:
+                owners.setdefault(key, path)
     return owners
 
 

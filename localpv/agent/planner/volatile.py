@@ -12,10 +12,13 @@ in (``boot``). So a record is re-pointed only to the volume it recorded:
   mismatch. A record without a PV follows its numbers to the one other path that shows them,
   if nobody else has that path (``VolumeMoved``); a clean record takes the volume now there;
 * its numbers are another boot's: they prove nothing either way (a reboot deals them out
-  again, in the order devices answer). The record takes the volume at its path only when that
-  volume is empty - nothing of anyone's to lose - or when the operator says it is the one
+  again, in the order devices answer). A record whose PV is Bound is left as it is; another
+  takes the volume at its path only when that volume is empty - nothing of anyone's to lose - or
+  when the operator says it is the one
   (:data:`~localpv.agent.pvbuilder.ACCEPT_VOLUME_PREFIX`, :func:`acceptance`); until then a
-  cleanup it would need (a Released PV, a record that may hold data without a PV) is held;
+  cleanup it would need (a Released PV, a record that may hold data without a PV) is held, and a
+  PV on offer over a volume that is not empty is taken off offer (mounts swapped at the reboot
+  may have put a tenant's volume there);
 * it has no numbers (a record made from a PV at first sight): it takes the volume at its path.
 
 Records of an older agent have no boot: their numbers are taken as this boot's
@@ -39,7 +42,7 @@ from localpv.agent.planner.common import (
     _Volume,
     pv_on_offer,
 )
-from localpv.agent.planner.identities import _hold
+from localpv.agent.planner.identities import _hold, _live
 from localpv.agent.pvbuilder import ACCEPT_VOLUME_PREFIX
 from localpv.host.scan import EntryKind
 from localpv.kube.events import NORMAL, WARNING
@@ -126,7 +129,11 @@ def _at_its_path(
         return
     pv = by_path.get(path)
     accepted = _accepted(world, record, pv, here)
-    if not record.ident or record.state == CLEAN or accepted or (not known and path in world.empty):
+    # An empty volume is taken only by a record whose PV is not in use: one Bound to its claim is
+    # left as it is across a reboot - mounts swapped at boot would have it claim the empty volume
+    # of another path, which, once put back, it would hold as its own by this boot's numbers.
+    empty = not known and path in world.empty and not (pv is not None and _live(pv))
+    if not record.ident or record.state == CLEAN or accepted or empty:
         # Nothing recorded to be wrong about, nothing dirty to mistake, the operator's word, or
         # an empty volume: nobody's data can be lost by taking it.
         _set(journal, out, path, _seen_as(world, record, here))
@@ -139,6 +146,8 @@ def _at_its_path(
     if not known:
         if _would_clean(record, pv):
             _hold_unproven(world, out, path, record, here, pv)
+        elif pv is not None and pv_on_offer(pv):
+            _retract_unproven(world, out, path, record, here, pv)
         return
     if pv is None and _follow(world, journal, by_path, by_ident, out, path, record):
         return
@@ -194,3 +203,17 @@ def _hold_unproven(world: World, out: Plan, path: str, record: JournalEntry, her
               f"{ACCEPT_VOLUME_PREFIX}{record.pv}={acceptance(world, here)} - or empty it yourself; the agent then "
               "cleans it and goes on")
     _hold(world, out, path, record, why, [pv], remedy=remedy)
+
+
+def _retract_unproven(world: World, out: Plan, path: str, record: JournalEntry, here: _Volume, pv: Obj) -> None:
+    """A PV on offer whose record knows its volume by the numbers of an earlier boot, over a volume
+    that is not empty: mounts swapped at the reboot may have put a tenant's volume there (the
+    numbers cannot tell), and any claim would get its data. The PV is taken off offer; the record,
+    its PV gone, waits for the proof any cleanup after a reboot waits for (empty, or the operator's
+    word)."""
+    why = (f"{path} shows the volume numbered {here.ident} in this boot, which is not empty; its record "
+           f"({record.state}) knows its volume only by the numbers of an earlier boot ({record.ident}), which "
+           "prove nothing after a reboot")
+    out.held[path] = Held(path, record.cls, f"{why}; its PV is taken off offer")
+    out.retracts.append(RetractPV(pv, path, f"{why} (mounts swapped at the reboot?): the PV is deleted so that no "
+                                            "claim gets a volume nobody proved clean"))
