@@ -302,15 +302,7 @@ class ImageStore:
         thick = provisioning is Provisioning.THICK
         try:
             with self.open_image(name, create=True) as fd:
-                try:
-                    os.ftruncate(fd, 0)
-                    os.ftruncate(fd, size)
-                    if thick:
-                        os.posix_fallocate(fd, 0, size)
-                except OSError as err:
-                    with suppress(OSError):
-                        os.ftruncate(fd, 0)
-                    raise _failed(name, f"cannot make an image of {size} bytes in pool {self.pool_dir}", err) from err
+                self._allocate(fd, name, size, thick=thick)
                 try:
                     make_filesystem(fd, fs, fs_uuid, thick=thick, options=mkfs_options)
                     os.fsync(fd)
@@ -322,6 +314,19 @@ class ImageStore:
         except OSError as err:  # the volume directory cannot be made (EIO, ENOSPC, EDQUOT...)
             raise _failed(name, f"cannot make its directory in pool {self.pool_dir}", err) from err
         return fs_uuid
+
+    def _allocate(self, fd: int, name: str, size: int, *, thick: bool) -> None:
+        """Make the open image ``size`` bytes from scratch: sparse, or allocated when ``thick``;
+        truncated to nothing when that fails."""
+        try:
+            os.ftruncate(fd, 0)
+            os.ftruncate(fd, size)
+            if thick:
+                os.posix_fallocate(fd, 0, size)
+        except OSError as err:
+            with suppress(OSError):
+                os.ftruncate(fd, 0)
+            raise _failed(name, f"cannot make an image of {size} bytes in pool {self.pool_dir}", err) from err
 
     def grow(self, name: str, size: int, *, provisioning: Provisioning) -> int:
         """Make the image ``size`` bytes (never smaller); returns its size. The filesystem is
