@@ -73,8 +73,16 @@ def device_at(path: str) -> tuple[int, int] | None:
 def device_binds(major: int, minor: int) -> list[MountInfo]:
     """Every bind mount of this block device's node (a Block volume's staging and target
     files, and the kubelet's own binds of them)."""
-    return [m for m in read_mountinfo()
-            if m.fs_type in DEVICE_NODE_FILESYSTEMS and m.root != "/" and device_at(m.mount_point) == (major, minor)]
+    return all_device_binds().get((major, minor), [])
+
+
+def all_device_binds(mounts: list[MountInfo] | None = None) -> dict[tuple[int, int], list[MountInfo]]:
+    """The bind mounts of device nodes in ``mounts`` (the mount table when None), by device."""
+    found: dict[tuple[int, int], list[MountInfo]] = {}
+    for m in read_mountinfo() if mounts is None else mounts:
+        if m.fs_type in DEVICE_NODE_FILESYSTEMS and m.root != "/" and (rdev := device_at(m.mount_point)):
+            found.setdefault(rdev, []).append(m)
+    return found
 
 
 def mount(device: str, target: str, fs_type: str, options: list[str]) -> None:
