@@ -232,6 +232,9 @@ class NodeService:
                expected_uuid: str | None, *, thick: bool) -> None:
         try:
             with pool.images.open_image(volume_id) as fd:
+                if read_block_uuid(fd) is not None:
+                    raise _precondition(f"volume {volume_id}: the image in pool {pool.name} was made for volumeMode "
+                                        "Block: its content is the tenant's, never mounted as a filesystem")
                 devices = loop.loops_of(fd, named=f"/{volume_id}/{IMAGE_FILE}")
                 mounts = [m for device in devices for m in mounting.mounts_of_device(*device.rdev)]
                 here = mounting.mount_at(staging)
@@ -251,9 +254,6 @@ class NodeService:
                                    f"{', '.join(d.path for d in devices)}, mounted nowhere (an earlier stage's "
                                    "filesystem check still running?); retried once it is free - if nothing uses "
                                    "it, losetup -d it")
-                if read_block_uuid(fd) is not None:
-                    raise _precondition(f"volume {volume_id}: the image in pool {pool.name} was made for volumeMode "
-                                        "Block: its content is the tenant's, never mounted as a filesystem")
                 found = self._check_identity(pool, volume_id, fd, expected_uuid)
                 if thick:
                     reallocate(fd, volume_id)

@@ -212,6 +212,14 @@ def test_the_mode_an_image_was_made_for_is_the_mode_it_is_served_in(
     code, details = code_of(lambda: client.node("NodeStageVolume", csi.NodeStageVolumeRequest(
         volume_id=VOLUME, staging_target_path=str(staging), volume_capability=capability(), volume_context=context)))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "made for volumeMode Block" in details, details
+    # ... also while it is staged as Block (its device bound, no filesystem mounted anywhere).
+    stage(client, VOLUME, staging, context)
+    code, details = code_of(lambda: client.node("NodeStageVolume", csi.NodeStageVolumeRequest(
+        volume_id=VOLUME, staging_target_path=str(tmp_path / "fs"), volume_capability=capability(),
+        volume_context=context)))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "made for volumeMode Block" in details, details
+    assert mounting.mount_at(str(tmp_path / "fs")) is None
+    unstage(client, VOLUME, staging)
     # A filesystem image asked for as a raw device: refused.
     code, details = code_of(lambda: stage(client, "pvc-fs", staging, fs_context))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "not a Block image" in details, details
