@@ -88,6 +88,12 @@ def _bind_staged(device: loop.Loop, image: loop.FileKey, file: str, volume_id: s
         if loop.backing_key(device) != image:
             raise RpcError(grpc.StatusCode.ABORTED, f"volume {volume_id}: {device.path} no longer reads its image; "
                                                     "retried")
+        if loop.autoclear(device):
+            # Not one of ours (a Block volume's device never has autoclear): it goes with whoever
+            # holds it, and the binds would then name a freed number.
+            raise RpcError(grpc.StatusCode.ABORTED, f"volume {volume_id}: its image is bound to {device.path} by "
+                                                    "someone else (autoclear), referred to by no mount; retried once "
+                                                    f"it is free - if nothing uses it, losetup -d {device.path}")
         mounting.bind(device.node(), file, readonly=False, file=True)
     finally:
         os.close(held)

@@ -184,12 +184,10 @@ def file_key(st: os.stat_result) -> FileKey:
     return st.st_dev, st.st_ino
 
 
-def backing_key(loop: Loop) -> FileKey | None:
-    """The device and inode of the file bound to ``loop`` (None when it is not bound).
-
-    Read with ``LOOP_GET_STATUS64`` on the device itself. Opening a bound autoclear device and
-    closing it does not detach it: whoever bound it (a mount) still holds it.
-    """
+def _status(loop: Loop) -> tuple[int, ...] | None:
+    """``struct loop_info64`` of a bound device (None when it is not bound), read with
+    ``LOOP_GET_STATUS64`` on the device itself. Opening a bound autoclear device and closing it
+    does not detach it: whoever bound it (a mount) still holds it."""
     try:
         fd = os.open(_device_node(loop.number), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
@@ -201,8 +199,19 @@ def backing_key(loop: Loop) -> FileKey | None:
         return None  # ENXIO: not bound (any more)
     finally:
         os.close(fd)
-    device, inode = struct.unpack_from("=QQ", buf)
-    return device, inode
+    return struct.unpack_from("=QQQQQIIII", buf)
+
+
+def backing_key(loop: Loop) -> FileKey | None:
+    """The device and inode of the file bound to ``loop`` (None when it is not bound)."""
+    status = _status(loop)
+    return (status[0], status[1]) if status is not None else None
+
+
+def autoclear(loop: Loop) -> bool | None:
+    """Whether the device goes when its last user does (None when it is not bound)."""
+    status = _status(loop)
+    return bool(status[8] & LO_FLAGS_AUTOCLEAR) if status is not None else None
 
 
 def bound(named: str = "") -> list[Loop]:

@@ -304,6 +304,24 @@ def test_a_device_left_by_an_interrupted_stage_is_taken_not_doubled_and_let_go_b
     assert pool_env.pool.images.remove(VOLUME)
 
 
+def test_a_device_someone_else_bound_with_autoclear_is_not_taken(plugin: tuple[Client, NodeService],
+                                                                  pool_env: PoolEnv, tmp_path: Path) -> None:
+    """Bound to the image with autoclear by another process (holding it open): it goes when
+    that process lets go, so binding its number would hand out a name that outlives it."""
+    client, _ = plugin
+    context = block_image(pool_env, VOLUME)
+    image = pool_env.pool.images.image_path(VOLUME)
+    with pool_env.pool.images.open_image(VOLUME) as fd, loop.attach(fd, image) as theirs:
+        staging = tmp_path / "staging"
+        code, details = code_of(lambda: stage(client, VOLUME, staging, context))
+        assert code == grpc.StatusCode.ABORTED and theirs.loop.path in details, details
+        assert mounting.mount_at(str(staging / VOLUME)) is None
+    wait_for(lambda: not loops_of(pool_env, VOLUME), what="their device to go")
+    stage(client, VOLUME, staging, context)
+    unstage(client, VOLUME, staging)
+    assert not loops_of(pool_env, VOLUME)
+
+
 def test_expansion_is_seen_by_a_reader_of_the_published_device(
         plugin: tuple[Client, NodeService], pool_env: PoolEnv, tmp_path: Path,
         teardown: Callable[[str, Path, Path | None], None]) -> None:
