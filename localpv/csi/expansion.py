@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RESIZE_PENDING = "FileSystemResizePending"
+#: external-resizer's event when no node expansion is required (a Block volume).
+_BLOCK_FINISHED = {"reason": "VolumeResizeSuccessful", "message": "Resize volume succeeded"}
 
 
 def _now() -> str:
@@ -74,6 +76,9 @@ class Expander:
         with self._lock:
             grown = self._grown.pop(str(pv["metadata"]["name"]), None)
         if grown is not None and grown >= have:
+            record = self.c.journal.get(str(pv["metadata"]["name"]))
+            if record is not None and record.block:  # a finish of _grow's that failed: said as it would have
+                return self._finish(claim, pv, **_BLOCK_FINISHED)
             return self._finish(claim, pv)
         return False
 
@@ -126,8 +131,7 @@ class Expander:
                 log.info("volume %s grown from %d to %d bytes (raw block: nothing to grow on the node)", name, have,
                          size)
                 grown_pv = {**pv, "spec": {**(pv.get("spec") or {}), "capacity": {"storage": capacity}}}
-                return self._finish(claim, grown_pv, reason="VolumeResizeSuccessful",
-                                    message="Resize volume succeeded")
+                return self._finish(claim, grown_pv, **_BLOCK_FINISHED)
             self._set_pending(claim)
         except NotFound:
             return False
