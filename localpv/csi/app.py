@@ -58,7 +58,8 @@ class DynamicVolumes:
                                             pools=self.pools, journal=self.journal, recorder=self.recorder,
                                             metrics=self.metrics)
         self.paths = SocketPaths(kubelet_dir, driver)
-        self.node = NodeService(node_name, self.pools, on_expanded=self.controller.expander.filesystem_grown)
+        self.node = NodeService(node_name, self.pools, on_expanded=self.controller.expander.filesystem_grown,
+                                recorded_mode=self._recorded_mode)
         self.watch = HealthWatch(node=lambda: node, pvs=self._volumes, pools=self.pools, staged=self.node.staged,
                                  risks=self.pool_risks, recorder=self.recorder, period=volume_health_period)
         self.node.on_change = self.watch.poke
@@ -68,6 +69,10 @@ class DynamicVolumes:
         self.csi_server = UnixServer(self.paths.csi, [self.identity.handler(observe), self.node.handler(observe)],
                                      workers=SERVER_THREADS)
         self.registration_server = UnixServer(self.paths.registration, [self.registration.handler(observe)])
+
+    def _recorded_mode(self, volume: str) -> str | None:
+        record = self.journal.get(volume)
+        return record.volume_mode if record is not None else None
 
     def pools(self) -> Mapping[str, Pool]:
         """The pools of the configuration in use (a reloaded ConfigMap applies at once)."""

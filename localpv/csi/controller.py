@@ -33,7 +33,7 @@ from localpv.config import ProvisionerConfig
 from localpv.csi import provisioner as rules
 from localpv.csi.expansion import Expander
 from localpv.csi.images import FsType, ImageError, Provisioning
-from localpv.csi.journal import ImageJournal, ImageRecord, ImageState
+from localpv.csi.journal import BLOCK, FILESYSTEM, ImageJournal, ImageRecord, ImageState
 from localpv.csi.ledger import Ledger
 from localpv.csi.metrics import DynamicMetrics
 from localpv.csi.pools import Pool, PoolState
@@ -200,12 +200,13 @@ class DynamicController:
             rules.check_parameters(storage_class, settings)
             rules.check_claim(claim)
             rules.check_mount_options(storage_class, settings)
-            size = rules.image_size(rules.requested_bytes(claim), FsType(settings.fs_type))
+            mode = rules.volume_mode(claim)
+            size = rules.image_size(rules.requested_bytes(claim), None if mode == BLOCK else FsType(settings.fs_type))
         except rules.Refused as err:
             self._failed(claim, class_name, str(err))
             return False
         request = rules.Request(volume, str(claim["metadata"]["uid"]), rules.claim_key(claim), class_name, settings,
-                                size)
+                                size, mode)
         pool = self.pools().get(settings.pool)
         why = self._pool_problem(pool, settings.pool)
         if why is not None:
@@ -218,7 +219,7 @@ class DynamicController:
                                             f"{self.settings.node_name}; it is not made again over it (runbook: "
                                             "orphaned images)")
             return False
-        reuse = self._made(pool, record)
+        reuse = self._made(pool, record, request)
         if reuse is None:
             try:
                 why = self._promise(pool, request, record)
@@ -229,10 +230,10 @@ class DynamicController:
         self.recorder.event(claim, NORMAL, "Provisioning",
                             f'External provisioner is provisioning volume for claim "{rules.claim_key(claim)}"')
         try:
-            fs_uuid = reuse or self._make_image(pool, request)
+            identity = reuse or self._make_image(pool, request)
         except ImageError as err:
             return self._allocation_failed(claim, pool, request, err)
-        return self._save(claim, storage_class, request, fs_uuid, started)
+        return self._save(claim, storage_class, request, identity, started)
 
     def _pool_problem(self, pool: Pool | None, name: str) -> str | None:
         """Why no image can be made in the pool now (None when one can)."""
@@ -241,17 +242,22 @@ class DynamicController:
         state, why = pool.state()
         return why if state is not PoolState.READY else None
 
-    def _made(self, pool: Pool, record: ImageRecord | None) -> str | None:
-        """The filesystem UUID of a ready image an earlier attempt made (the PV create then
-        failed or its answer was lost): it is used as it is. None when there is none."""
-        if record is None or record.state is not ImageState.READY or not record.fs_uuid:
+    def _made(self, pool: Pool, record: ImageRecord | None, request: rules.Request) -> str | None:
+        """The identity (filesystem UUID, or a Block image's UUID) of a ready image an earlier
+        attempt made for this request's mode (the PV create then failed or its answer was
+        lost): it is used as it is. None when there is none."""
+        if record is None or record.state is not ImageState.READY or record.volume_mode != request.volume_mode:
+            return None
+        identity = record.image_uuid if record.block else record.fs_uuid
+        if not identity:
             return None
         try:
-            if pool.images.exists(record.volume) and pool.images.fs_uuid(record.volume) == record.fs_uuid:
-                return record.fs_uuid
+            if not pool.images.exists(record.volume):
+                return None
+            found = pool.images.block_uuid(record.volume) if record.block else pool.images.fs_uuid(record.volume)
         except ImageError:
             return None
-        return None
+        return identity if found == identity else None
 
     def _promise(self, pool: Pool, request: rules.Request, record: ImageRecord | None) -> str | None:
         """Check the pool's account and record the image, in one step; why not, when it does not
@@ -262,17 +268,24 @@ class DynamicController:
             why = account.refusal(request.size, thick=thick, pool=pool.name, holds=holds)
             if why is None:
                 self.journal.put(ImageRecord(
-                    volume=request.volume, pool=pool.name, size=request.size, fs_type=request.settings.fs_type,
+                    volume=request.volume, pool=pool.name, size=request.size,
+                    fs_type="" if request.block else request.settings.fs_type,
                     provisioning=request.settings.provisioning, claim_uid=request.claim_uid, claim=request.claim,
-                    state=ImageState.CREATING, since=self.clock.now(), storage_class=request.storage_class))
+                    state=ImageState.CREATING, since=self.clock.now(), storage_class=request.storage_class,
+                    volume_mode=request.volume_mode))
             return why
 
     def _make_image(self, pool: Pool, request: rules.Request) -> str:
-        """Make the recorded image (its room is held by its record) and mark it ready."""
-        fs_uuid = pool.images.create(request.volume, request.size, fs=request.fs, provisioning=request.provisioning,
-                                     mkfs_options=request.settings.mkfs_options)
+        """Make the recorded image (its room is held by its record) and mark it ready; returns
+        its identity (a Block image: no mkfs, its mark's UUID)."""
         created = self.journal.get(request.volume)
         assert created is not None
+        if request.block:
+            image_uuid = pool.images.create_block(request.volume, request.size, provisioning=request.provisioning)
+            self.journal.put(created.moved(ImageState.READY, self.clock.now(), image_uuid=image_uuid))
+            return image_uuid
+        fs_uuid = pool.images.create(request.volume, request.size, fs=request.fs, provisioning=request.provisioning,
+                                     mkfs_options=request.settings.mkfs_options)
         self.journal.put(created.moved(ImageState.READY, self.clock.now(), fs_uuid=fs_uuid))
         return fs_uuid
 
@@ -294,9 +307,9 @@ class DynamicController:
             return False
         return self._reschedule(claim, request.storage_class, str(err))
 
-    def _save(self, claim: Obj, storage_class: Obj, request: rules.Request, fs_uuid: str, started: float) -> bool:
+    def _save(self, claim: Obj, storage_class: Obj, request: rules.Request, identity: str, started: float) -> bool:
         pv = rules.build_volume(request, claim, storage_class, driver=self.driver, node_name=self.settings.node_name,
-                                hostname=self.settings.hostname, fs_uuid=fs_uuid)
+                                hostname=self.settings.hostname, identity=identity)
         with self._lock:
             self._created.add(request.volume)
         try:
@@ -468,8 +481,10 @@ class DynamicController:
     def _adopt(self, pool: Pool, name: str) -> None:
         try:
             usage = pool.images.usage(name)
-            fs_uuid = pool.images.fs_uuid(name) or ""
-            fs_type = pool.images.fs_type(name) or "ext4"
+            image_uuid = pool.images.block_uuid(name) or ""
+            # A Block image's content is the tenant's: what filesystem it may hold says nothing.
+            fs_uuid = "" if image_uuid else pool.images.fs_uuid(name) or ""
+            fs_type = "" if image_uuid else pool.images.fs_type(name) or "ext4"
         except ImageError:
             return  # a directory without an image (an interrupted removal): nothing to hold
         try:
@@ -487,7 +502,8 @@ class DynamicController:
             claim_uid=str(ref.get("uid") or ""), claim=f"{ref.get('namespace')}/{ref.get('name')}" if ref else "",
             state=state, since=self.clock.now(), fs_uuid=fs_uuid,
             pv_uid=str((pv or {}).get("metadata", {}).get("uid") or "") if mine else "",
-            storage_class=str(spec.get("storageClassName") or ""))
+            storage_class=str(spec.get("storageClassName") or ""), volume_mode=BLOCK if image_uuid else FILESYSTEM,
+            image_uuid=image_uuid)
         self.journal.put(record)
         node: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.settings.node_name}}
         said = (f"the PV of that name is {name}'s: it is watched and released as any other" if mine else

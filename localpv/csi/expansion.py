@@ -8,6 +8,11 @@ NodeExpandVolume, which grows the filesystem online; the node service tells this
 which sets the claim's ``status.capacity`` and drops the condition
 (``FileSystemResizeSuccessful``). The kubelet of 1.20 does the same last step itself; doing
 it here too makes the claim end with its new capacity whoever gets there first.
+
+A Block volume has no filesystem to grow: once its image (and its loop devices, if staged)
+has grown, the claim is finished at once (``VolumeResizeSuccessful``, as external-resizer says
+when no node expansion is required); a NodeExpandVolume the kubelet may still send only finds
+the device at its size.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RESIZE_PENDING = "FileSystemResizePending"
+#: external-resizer's event when no node expansion is required (a Block volume).
+_BLOCK_FINISHED = {"reason": "VolumeResizeSuccessful", "message": "Resize volume succeeded"}
 
 
 def _now() -> str:
@@ -69,6 +76,9 @@ class Expander:
         with self._lock:
             grown = self._grown.pop(str(pv["metadata"]["name"]), None)
         if grown is not None and grown >= have:
+            record = self.c.journal.get(str(pv["metadata"]["name"]))
+            if record is not None and record.block:  # a finish of _grow's that failed: said as it would have
+                return self._finish(claim, pv, **_BLOCK_FINISHED)
             return self._finish(claim, pv)
         return False
 
@@ -85,7 +95,7 @@ class Expander:
             return self._failed(claim, f"volume {name} has no ready image recorded on node {c.settings.node_name}",
                                 retry=False)
         provisioning = Provisioning(record.provisioning)
-        size = rules.image_size(wanted, FsType(record.fs_type))
+        size = rules.image_size(wanted, None if record.block else FsType(record.fs_type))
         state, why = pool.state()
         if state is not PoolState.READY:
             return self._failed(claim, why, retry=True)
@@ -113,8 +123,15 @@ class Expander:
                 if current is not None:
                     c.journal.put(current.moved(current.state, current.since, size=record.size))
             return self._failed(claim, str(err), retry=True)
+        capacity = format_binary_quantity(size)
         try:
-            c.api.patch(PERSISTENT_VOLUMES, name, {"spec": {"capacity": {"storage": format_binary_quantity(size)}}})
+            c.api.patch(PERSISTENT_VOLUMES, name, {"spec": {"capacity": {"storage": capacity}}})
+            if record.block:
+                c.metrics.operations.labels("expand", "ok").inc()
+                log.info("volume %s grown from %d to %d bytes (raw block: nothing to grow on the node)", name, have,
+                         size)
+                grown_pv = {**pv, "spec": {**(pv.get("spec") or {}), "capacity": {"storage": capacity}}}
+                return self._finish(claim, grown_pv, **_BLOCK_FINISHED)
             self._set_pending(claim)
         except NotFound:
             return False
@@ -136,7 +153,8 @@ class Expander:
         self.c.api.patch(PERSISTENT_VOLUME_CLAIMS, meta["name"], {"status": {"conditions": conditions}},
                          meta["namespace"], subresource="status")
 
-    def _finish(self, claim: Obj, pv: Obj) -> bool:
+    def _finish(self, claim: Obj, pv: Obj, *, reason: str = "FileSystemResizeSuccessful",
+                message: str = "") -> bool:
         meta = claim["metadata"]
         capacity = ((pv.get("spec") or {}).get("capacity") or {}).get("storage")
         conditions = [c for c in (claim.get("status") or {}).get("conditions") or [] if c.get("type") != RESIZE_PENDING]
@@ -151,8 +169,8 @@ class Expander:
             with self._lock:
                 self._grown.setdefault(str(pv["metadata"]["name"]), rules.capacity_of(pv))
             return True
-        self.c.recorder.event(claim, NORMAL, "FileSystemResizeSuccessful",
-                              f"MountVolume.NodeExpandVolume succeeded for volume {pv['metadata']['name']}")
+        self.c.recorder.event(claim, NORMAL, reason,
+                              message or f"MountVolume.NodeExpandVolume succeeded for volume {pv['metadata']['name']}")
         return False
 
     def _failed(self, claim: Obj, message: str, *, retry: bool) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from localpv.csi.volume import FS_UUID, POOL, PROVISIONING
+from localpv.csi.volume import FS_UUID, IMAGE_UUID, POOL, PROVISIONING
 from localpv.kube.objects import Obj
 from localpv.kube.volumehealth import Assessment, Condition, VolumeHealth
 
@@ -30,7 +30,8 @@ WATCHED_PHASES = ("Bound", "Available")
 
 @dataclass(frozen=True)
 class MountLook:
-    """One mount of an image's filesystem (a staging path or a pod's bind of it)."""
+    """One mount of an image's filesystem (a staging path or a pod's bind of it), or for a
+    Block volume one bind of its device's node (its staging file, a pod's target file)."""
 
     mount_point: str
     #: The filesystem itself is read-only (its superblock's options), not only this mount.
@@ -44,8 +45,10 @@ class ImageLook:
     #: Why the image's pool cannot be looked at now (its disk is not mounted...); None: it can.
     pool_problem: str | None = None
     present: bool = True
-    #: The filesystem UUID in the image's superblock (None: none there).
+    #: The filesystem UUID in the image's superblock (None: none there, or a Block image).
     fs_uuid: str | None = None
+    #: A Block image's mark (None: not a Block image).
+    block_uuid: str | None = None
     size: int = 0
     allocated: int = 0
     #: Loop devices bound to the image (known by the kernel's device and inode of the file).
@@ -108,7 +111,7 @@ def assess(pvs: Sequence[Obj], looks: Looks, baselines: Mapping[str, int]) -> As
         if phase not in WATCHED_PHASES or look is None or meta.get("deletionTimestamp"):
             continue
         attributes = (((pv.get("spec") or {}).get("csi") or {}).get("volumeAttributes") or {})
-        conditions = _image_conditions(look, str(attributes.get(FS_UUID) or ""))
+        conditions = _image_conditions(look, str(attributes.get(FS_UUID) or ""), str(attributes.get(IMAGE_UUID) or ""))
         risk = looks.risks.get(str(attributes.get(POOL) or ""))
         thin = attributes.get(PROVISIONING, "thin") != "thick"
         if risk is not None and thin and look.present and look.size > look.allocated:
@@ -125,7 +128,7 @@ def assess(pvs: Sequence[Obj], looks: Looks, baselines: Mapping[str, int]) -> As
     return Assessment(volumes, kept)
 
 
-def _image_conditions(look: ImageLook, recorded_uuid: str) -> dict[Condition, str]:
+def _image_conditions(look: ImageLook, recorded_uuid: str, recorded_block: str = "") -> dict[Condition, str]:
     if look.pool_problem is not None:
         return {Condition.POOL_UNAVAILABLE: look.pool_problem}
     found: dict[Condition, str] = {}
@@ -134,6 +137,10 @@ def _image_conditions(look: ImageLook, recorded_uuid: str) -> dict[Condition, st
                                     "reads it): its data goes when the volume is unstaged")
     elif not look.present:
         found[Condition.MISSING] = "the volume's image is gone from its pool"
+    elif recorded_block and look.block_uuid != recorded_block:
+        found[Condition.IDENTITY_CHANGED] = (f"the image is marked as Block image {look.block_uuid or '(none)'}, the "
+                                             f"volume was made with {recorded_block}: it was replaced; it is not "
+                                             "staged again")
     elif recorded_uuid and look.fs_uuid != recorded_uuid:
         found[Condition.IDENTITY_CHANGED] = (f"the image holds filesystem {look.fs_uuid or '(none)'}, the volume was "
                                              f"made with {recorded_uuid}: it was replaced; it is not staged again")
@@ -142,8 +149,9 @@ def _image_conditions(look: ImageLook, recorded_uuid: str) -> dict[Condition, st
             found[Condition.DEVICE_MISSING] = (f"the volume was staged at {look.staged_at} and no loop device holds "
                                                "its image now")
         elif not any(m.mount_point == look.staged_at for m in look.mounts):
-            found[Condition.NOT_MOUNTED] = (f"nothing is mounted at its staging path {look.staged_at}: the pod's "
-                                            "writes may not reach the volume")
+            what = "its loop device is not bound at its staging file" if look.block_uuid else \
+                "nothing is mounted at its staging path"
+            found[Condition.NOT_MOUNTED] = (f"{what} {look.staged_at}: the pod's writes may not reach the volume")
     if any(m.read_only for m in look.mounts):
         found[Condition.READ_ONLY] = ("the filesystem is read-only (the kernel remounts it so after I/O errors, such "
                                       "as a full thin pool): writes fail; check the pool and run e2fsck on the image "

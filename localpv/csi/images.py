@@ -18,6 +18,15 @@ superblock directly (ext4 at 1024 + 0x68, XFS at 32), without blkid. It is read 
 after ``mkfs`` too: an exit status of 0 is not a filesystem (a dry run exits 0 having written
 nothing), and a create whose image does not hold the chosen filesystem fails, the image
 truncated, before any PV names it.
+
+**A Block image is known by a mark the tenant cannot reach.** A ``volumeMode: Block`` volume's
+image gets no filesystem: the tenant owns every byte of it, so nothing in its content can say
+whose it is (a tenant may well write an ext4 superblock with any UUID). Its identity is a UUID
+chosen here and kept in an extended attribute of the image *file* (:data:`BLOCK_XATTR`), which
+writes through the loop device never touch; it is recorded in the PV (``imageUUID``) and in the
+journal, and checked before every stage as the filesystem UUID is. The attribute is also the
+image's mode: an image that has it is never staged as a filesystem (its superblock is the
+tenant's), one that lacks it is never handed out as a raw device.
 """
 
 from __future__ import annotations
@@ -61,6 +70,13 @@ class Provisioning(Enum):
 
 #: The smallest image each filesystem can be made on (XFS refuses below 300 MiB).
 MIN_SIZE = {FsType.EXT4: 4 << 20, FsType.XFS: 300 << 20}
+#: The smallest Block image (sizes are whole MiB; a loop device of 0 bytes is no volume).
+MIN_BLOCK_SIZE = 1 << 20
+
+#: The extended attribute of a Block image's file: the UUID chosen for it (its identity and its
+#: mode, see above). ``user.``: root owns the image (mode 0600 in a 0700 directory), so no one
+#: else can set or change it, and it needs no capability beyond that ownership.
+BLOCK_XATTR = "user.localpv.block"
 
 
 class ImageError(Exception):
@@ -147,6 +163,21 @@ def read_fs_uuid(fd: int) -> str | None:
     return found[1] if found else None
 
 
+def read_block_uuid(fd: int) -> str | None:
+    """The UUID in a Block image's :data:`BLOCK_XATTR`; None when the file has none (it was not
+    made as a Block image) or holds something else than a UUID."""
+    try:
+        value = os.getxattr(fd, BLOCK_XATTR)
+    except OSError as err:
+        if err.errno in (errno.ENODATA, errno.ENOTSUP):
+            return None
+        raise
+    try:
+        return str(uuid.UUID(value.decode("ascii")))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
 def mkfs_result_problem(fs: FsType, fs_uuid: str, found: tuple[FsType, str] | None) -> str | None:
     """What is wrong with what mkfs left in an image (``found``: :func:`read_filesystem`), when
     it was to make ``fs`` with ``fs_uuid``; None when that is what is there.
@@ -196,6 +227,21 @@ def ext4_size(fd: int) -> int | None:
     if int.from_bytes(sb[0x60:0x64], "little") & 0x80:  # INCOMPAT_64BIT: the high half counts
         blocks |= int.from_bytes(sb[0x150:0x154], "little") << 32
     return blocks * (1024 << int.from_bytes(sb[0x18:0x1C], "little"))
+
+
+def reallocate(fd: int, name: str) -> None:
+    """Allocate whatever blocks of a thick image were given back (a discard punches holes in
+    the image file: ``fstrim`` or ``blkdiscard`` in the pod, or a tool that discards). Data is
+    never touched: only holes get blocks. A pool too full to give them back is logged; the
+    volume is still staged - refusing it would keep its pod from its data - and the health
+    watch says so."""
+    try:
+        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise ImageError(f"volume {name}: its thick image cannot be allocated again ({err.strerror})") from err
+        log.warning("volume %s: its thick image lost blocks that the pool cannot give back now (%s)", name,
+                    err.strerror)
 
 
 class ImageStore:
@@ -302,16 +348,10 @@ class ImageStore:
         thick = provisioning is Provisioning.THICK
         try:
             with self.open_image(name, create=True) as fd:
+                self._allocate(fd, name, size, thick=thick)
                 try:
-                    os.ftruncate(fd, 0)
-                    os.ftruncate(fd, size)
-                    if thick:
-                        os.posix_fallocate(fd, 0, size)
-                except OSError as err:
-                    with suppress(OSError):
-                        os.ftruncate(fd, 0)
-                    raise _failed(name, f"cannot make an image of {size} bytes in pool {self.pool_dir}", err) from err
-                try:
+                    with suppress(OSError):  # an image with a filesystem is never marked Block
+                        os.removexattr(fd, BLOCK_XATTR)
                     make_filesystem(fd, fs, fs_uuid, thick=thick, options=mkfs_options)
                     os.fsync(fd)
                 except (ImageError, OSError) as err:
@@ -322,6 +362,46 @@ class ImageStore:
         except OSError as err:  # the volume directory cannot be made (EIO, ENOSPC, EDQUOT...)
             raise _failed(name, f"cannot make its directory in pool {self.pool_dir}", err) from err
         return fs_uuid
+
+    def create_block(self, name: str, size: int, *, provisioning: Provisioning, image_uuid: str | None = None) -> str:
+        """Make (or make again) a Block image: ``size`` bytes, no filesystem, marked with a UUID
+        (:data:`BLOCK_XATTR`) that is read back; returns the UUID. As for :meth:`create`, what an
+        interrupted attempt left is overwritten: no PV names the image yet."""
+        if size < MIN_BLOCK_SIZE:
+            raise ImageError(f"a Block image needs at least {MIN_BLOCK_SIZE >> 20} MiB, {size} bytes asked")
+        image_uuid = image_uuid or str(uuid.uuid4())
+        try:
+            with self.open_image(name, create=True) as fd:
+                self._allocate(fd, name, size, thick=provisioning is Provisioning.THICK)
+                try:
+                    os.setxattr(fd, BLOCK_XATTR, image_uuid.encode("ascii"))
+                    found = read_block_uuid(fd)
+                    if found != image_uuid:
+                        raise ImageError(f"its mark {BLOCK_XATTR} reads {found!r} after it was set to {image_uuid}")
+                    os.fsync(fd)
+                except (ImageError, OSError) as err:
+                    with suppress(OSError):
+                        os.ftruncate(fd, 0)
+                    code = err.errno
+                    why = (f"the pool's filesystem keeps no extended attributes ({BLOCK_XATTR} holds a Block "
+                           "image's identity)" if code == errno.ENOTSUP else str(err))
+                    raise ImageError(f"volume {name}: {why}; image truncated", errno=code) from err
+        except OSError as err:  # the volume directory cannot be made (EIO, ENOSPC, EDQUOT...)
+            raise _failed(name, f"cannot make its directory in pool {self.pool_dir}", err) from err
+        return image_uuid
+
+    def _allocate(self, fd: int, name: str, size: int, *, thick: bool) -> None:
+        """Make the open image ``size`` bytes from scratch: sparse, or allocated when ``thick``;
+        truncated to nothing when that fails."""
+        try:
+            os.ftruncate(fd, 0)
+            os.ftruncate(fd, size)
+            if thick:
+                os.posix_fallocate(fd, 0, size)
+        except OSError as err:
+            with suppress(OSError):
+                os.ftruncate(fd, 0)
+            raise _failed(name, f"cannot make an image of {size} bytes in pool {self.pool_dir}", err) from err
 
     def grow(self, name: str, size: int, *, provisioning: Provisioning) -> int:
         """Make the image ``size`` bytes (never smaller); returns its size. The filesystem is
@@ -347,6 +427,11 @@ class ImageStore:
     def fs_uuid(self, name: str) -> str | None:
         with self.open_image(name, writable=False) as fd:
             return read_fs_uuid(fd)
+
+    def block_uuid(self, name: str) -> str | None:
+        """The UUID a Block image is marked with (None: the image is not a Block image)."""
+        with self.open_image(name, writable=False) as fd:
+            return read_block_uuid(fd)
 
     def fs_type(self, name: str) -> str | None:
         """``ext4`` or ``xfs``, as the image's superblock says (None: neither)."""

@@ -8,7 +8,8 @@ anything is written to the pool, and the record follows it until the image is go
 ``creating``  being made for claim ``claim_uid``; no PV yet, so nothing in it is data. An
               interrupted attempt is made again for the same claim, or removed once that
               claim is gone: never an orphan, never handed to another claim.
-``ready``     made and formatted (``fs_uuid``); its PV exists or is being created. From
+``ready``     made and formatted (``fs_uuid``), or for a ``volumeMode: Block`` volume made
+              and marked (``image_uuid``, no filesystem); its PV exists or is being created. From
               here on it may hold a tenant's data: it is removed only on a release with
               reclaim policy Delete, and only once no loop device is bound to it.
 ``deleting``  its PV was released with Delete: the image is removed as soon as it is not
@@ -38,6 +39,11 @@ from pathlib import Path
 from localpv.host.durable import replace_durably
 
 FORMAT_VERSION = 1
+FILESYSTEM = "Filesystem"
+BLOCK = "Block"
+#: Fields written only when they differ from their default: a journal with no Block image is
+#: one an agent from before Block volumes reads.
+_OMITTED_WHEN_DEFAULT = {"volume_mode": FILESYSTEM, "image_uuid": ""}
 
 
 class ImageState(Enum):
@@ -65,6 +71,14 @@ class ImageRecord:
     #: The uid of the PV object made for it ("" until the create was answered).
     pv_uid: str = ""
     storage_class: str = ""
+    #: ``Filesystem`` or ``Block`` (the claim's volumeMode): a PV, a stage, must say the same.
+    volume_mode: str = FILESYSTEM
+    #: A Block image's identity: the UUID its file is marked with (``fs_type``, ``fs_uuid``: "").
+    image_uuid: str = ""
+
+    @property
+    def block(self) -> bool:
+        return self.volume_mode == BLOCK
 
     def moved(self, state: ImageState, now: float, **changes: object) -> ImageRecord:
         return replace(self, state=state, since=now, **changes)  # type: ignore[arg-type]
@@ -148,7 +162,7 @@ class ImageJournal:
             return
         images = {}
         for volume, record in sorted(records.items()):
-            raw = asdict(record)
+            raw = {k: v for k, v in asdict(record).items() if _OMITTED_WHEN_DEFAULT.get(k, object()) != v}
             raw["state"] = record.state.value
             images[volume] = raw
         doc = {"version": FORMAT_VERSION, "images": images}

@@ -73,6 +73,11 @@ class Loop:
     def rdev(self) -> tuple[int, int]:
         return LOOP_MAJOR, self.number
 
+    def node(self) -> str:
+        """``/dev/loopN``, made if this process's /dev lacks it (a device made after the
+        agent's container started, as every device bound by an earlier container may be)."""
+        return _device_node(self.number)
+
     def size(self) -> int:
         """Its size in bytes as the kernel sees it now."""
         return int((SYS_BLOCK / f"loop{self.number}" / "size").read_text()) * 512
@@ -103,6 +108,11 @@ class Attached:
         self.loop = loop
         self._fd: int | None = fd
 
+    def detach(self) -> None:
+        """Let the device go (at :meth:`release`: this is the device's last user)."""
+        if self._fd is not None:
+            detach_held(self._fd)
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
@@ -115,11 +125,13 @@ class Attached:
         self.release()
 
 
-def attach(image_fd: int, name: str, *, attempts: int = 20) -> Attached:
+def attach(image_fd: int, name: str, *, autoclear: bool = True, attempts: int = 20) -> Attached:
     """Bind the open image ``image_fd`` to a free loop device (autoclear, direct I/O asked).
 
     ``name`` is recorded as the device's file name (what ``losetup -l`` shows). Retries when
-    another process takes the free device first.
+    another process takes the free device first. Without ``autoclear`` the device stays bound
+    when its last user goes, until :func:`detach_held` (a Block volume: what refers to it is a
+    bind mount of its device node, which holds no open device).
     """
     try:
         control = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
@@ -134,7 +146,7 @@ def attach(image_fd: int, name: str, *, attempts: int = 20) -> Attached:
                 raise LoopError(f"no free loop device ({err.strerror})") from err
             fd = os.open(_device_node(number), os.O_RDWR | os.O_CLOEXEC)
             try:
-                _configure(fd, image_fd, name)
+                _configure(fd, image_fd, name, autoclear=autoclear)
             except OSError as err:
                 os.close(fd)
                 if err.errno == errno.EBUSY:
@@ -146,8 +158,8 @@ def attach(image_fd: int, name: str, *, attempts: int = 20) -> Attached:
         os.close(control)
 
 
-def _configure(fd: int, image_fd: int, name: str) -> None:
-    flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO
+def _configure(fd: int, image_fd: int, name: str, *, autoclear: bool) -> None:
+    flags = (LO_FLAGS_AUTOCLEAR if autoclear else 0) | LO_FLAGS_DIRECT_IO
     config = struct.pack(_CONFIG, image_fd, 0, *_info(name, flags), *([0] * 8))
     try:
         fcntl.ioctl(fd, LOOP_CONFIGURE, config)
@@ -158,7 +170,7 @@ def _configure(fd: int, image_fd: int, name: str) -> None:
     # Kernels before 5.8 have no LOOP_CONFIGURE: bind, then set the flags.
     fcntl.ioctl(fd, LOOP_SET_FD, image_fd)
     try:
-        fcntl.ioctl(fd, LOOP_SET_STATUS64, struct.pack("=" + _INFO64, *_info(name, LO_FLAGS_AUTOCLEAR)))
+        fcntl.ioctl(fd, LOOP_SET_STATUS64, struct.pack("=" + _INFO64, *_info(name, flags & LO_FLAGS_AUTOCLEAR)))
     except OSError:
         fcntl.ioctl(fd, LOOP_CLR_FD, 0)
         raise
@@ -172,12 +184,10 @@ def file_key(st: os.stat_result) -> FileKey:
     return st.st_dev, st.st_ino
 
 
-def backing_key(loop: Loop) -> FileKey | None:
-    """The device and inode of the file bound to ``loop`` (None when it is not bound).
-
-    Read with ``LOOP_GET_STATUS64`` on the device itself. Opening a bound autoclear device and
-    closing it does not detach it: whoever bound it (a mount) still holds it.
-    """
+def _status(loop: Loop) -> tuple[int, ...] | None:
+    """``struct loop_info64`` of a bound device (None when it is not bound), read with
+    ``LOOP_GET_STATUS64`` on the device itself. Opening a bound autoclear device and closing it
+    does not detach it: whoever bound it (a mount) still holds it."""
     try:
         fd = os.open(_device_node(loop.number), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
@@ -189,8 +199,19 @@ def backing_key(loop: Loop) -> FileKey | None:
         return None  # ENXIO: not bound (any more)
     finally:
         os.close(fd)
-    device, inode = struct.unpack_from("=QQ", buf)
-    return device, inode
+    return struct.unpack_from("=QQQQQIIII", buf)
+
+
+def backing_key(loop: Loop) -> FileKey | None:
+    """The device and inode of the file bound to ``loop`` (None when it is not bound)."""
+    status = _status(loop)
+    return (status[0], status[1]) if status is not None else None
+
+
+def autoclear(loop: Loop) -> bool | None:
+    """Whether the device goes when its last user does (None when it is not bound)."""
+    status = _status(loop)
+    return bool(status[8] & LO_FLAGS_AUTOCLEAR) if status is not None else None
 
 
 def bound(named: str = "") -> list[Loop]:

@@ -3,11 +3,20 @@
 Every answer of the node service is decided from the kernel's mount table, never from
 memory: after an agent restart (or a node reboot) the kubelet calls again, and what is
 mounted where is the only truth there is.
+
+A Block volume is handed out as its loop device's *node*, bind-mounted onto a file (its
+staging file, a pod's target file): the mount table lists such a bind under the filesystem
+the node lives on (``/dev``: devtmpfs on a host, tmpfs in a container), not under the device,
+so :func:`device_binds` finds them by the device number of the node at each single-file mount
+of those filesystems. A bind of a device node holds no open device: it names the device by
+its number, which is why a Block volume's loop device is detached only once no bind of its
+node is left.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 
 from localpv.host.mounts import MountInfo, read_mountinfo
@@ -45,6 +54,37 @@ def device_of(mount: MountInfo) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+#: Where the device nodes a Block volume's binds come from live (``/dev``). Only single-file
+#: mounts of these are looked at: a stat of them never waits on a disk or a server.
+DEVICE_NODE_FILESYSTEMS = frozenset({"devtmpfs", "tmpfs"})
+
+
+def device_at(path: str) -> tuple[int, int] | None:
+    """The block device whose node is at ``path`` (a symlink is not followed); None if none is."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISBLK(st.st_mode):
+        return None
+    return os.major(st.st_rdev), os.minor(st.st_rdev)
+
+
+def device_binds(major: int, minor: int) -> list[MountInfo]:
+    """Every bind mount of this block device's node (a Block volume's staging and target
+    files, and the kubelet's own binds of them)."""
+    return all_device_binds().get((major, minor), [])
+
+
+def all_device_binds(mounts: list[MountInfo] | None = None) -> dict[tuple[int, int], list[MountInfo]]:
+    """The bind mounts of device nodes in ``mounts`` (the mount table when None), by device."""
+    found: dict[tuple[int, int], list[MountInfo]] = {}
+    for m in read_mountinfo() if mounts is None else mounts:
+        if m.fs_type in DEVICE_NODE_FILESYSTEMS and m.root != "/" and (rdev := device_at(m.mount_point)):
+            found.setdefault(rdev, []).append(m)
+    return found
+
+
 def mount(device: str, target: str, fs_type: str, options: list[str]) -> None:
     os.makedirs(target, exist_ok=True)
     argv = ["mount", "-t", fs_type]
@@ -53,9 +93,19 @@ def mount(device: str, target: str, fs_type: str, options: list[str]) -> None:
     _run([*argv, device, target])
 
 
-def bind(source: str, target: str, *, readonly: bool) -> None:
-    """Bind ``source`` at ``target`` (made if missing); read-only when asked, in one step."""
-    os.makedirs(target, exist_ok=True)
+def bind(source: str, target: str, *, readonly: bool, file: bool = False) -> None:
+    """Bind ``source`` at ``target`` (made if missing: a directory, or an empty file when
+    ``file`` - a device node is bound onto a file); read-only when asked, in one step."""
+    if file:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        try:
+            os.mknod(target, stat.S_IFREG | 0o600)  # an empty file; never an open of what is there
+        except FileExistsError:
+            pass
+        except OSError as err:
+            raise MountError(f"cannot make the file {target} to bind a device onto ({err.strerror})") from err
+    else:
+        os.makedirs(target, exist_ok=True)
     _run(["mount", "--bind", *(["-o", "ro"] if readonly else []), source, target])
     if readonly:
         info = mount_at(target)

@@ -14,6 +14,12 @@
 * **NodeExpandVolume** - make the loop device see the grown image, grow the filesystem
   online, tell the controller (which finishes the claim's resize).
 
+A ``volumeMode: Block`` volume (a ``block`` access type) is staged, published and unstaged by
+:mod:`localpv.csi.blockvolume`: its loop device, bound to a file, with no filesystem. Its
+expansion only makes the device see the image's size; its stats are the device's size. An
+image is only ever served in the mode it was made for: its Block mark (and, in the agent, its
+journal record's ``volume_mode``) must agree with the access type the kubelet asks for.
+
 **Never stuck behind one volume.** A call for a volume that already has one in progress is
 answered at once with ``ABORTED`` (the kubelet retries it with backoff), instead of holding a
 server thread until the first one ends: an ``e2fsck`` of a large image may take minutes, and
@@ -31,21 +37,22 @@ never staged a second time.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import grpc
 
-from localpv.csi import loop, mounting
-from localpv.csi.images import IMAGE_FILE, ImageError, check_name, ext4_size
+from localpv.csi import blockvolume, loop, mounting
+from localpv.csi.images import IMAGE_FILE, ImageError, check_name, ext4_size, read_block_uuid, reallocate
+from localpv.csi.journal import BLOCK, FILESYSTEM
 from localpv.csi.pools import Pool, PoolState
 from localpv.csi.proto import csi_pb2 as csi
 from localpv.csi.rpc import CallObserver, Method, RpcError, service
-from localpv.csi.volume import FS_UUID, NODE, POOL, PROVISIONING, TOPOLOGY_KEY
+from localpv.csi.volume import FS_UUID, IMAGE_UUID, NODE, POOL, PROVISIONING, TOPOLOGY_KEY
 from localpv.host.mounts import MountInfo
 from localpv.naming import node_label_value
 
@@ -64,6 +71,8 @@ GROWTH_SLACK = 1 << 20
 
 #: Called after a filesystem was grown: (volume id, new size in bytes).
 ExpandedHook = Callable[[str, int], None]
+#: The volumeMode a volume was made for, as its image journal record says (None: no record).
+RecordedMode = Callable[[str], str | None]
 
 #: Stage, unstage and expansion calls in progress at once, all volumes together (each may run
 #: e2fsck, resize2fs or xfs_growfs for minutes). The server has more threads than this
@@ -82,20 +91,6 @@ def _precondition(message: str) -> RpcError:
     return RpcError(grpc.StatusCode.FAILED_PRECONDITION, message)
 
 
-def _reallocate(fd: int, volume_id: str) -> None:
-    """Allocate whatever blocks of a thick image were given back (a discard punches holes in
-    the image file: ``fstrim`` in the pod, or a tool that discards). Data is never touched:
-    only holes get blocks. A pool too full to give them back is logged; the volume is still
-    staged - refusing it would keep its pod from its data - and the health watch says so."""
-    try:
-        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
-    except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise ImageError(f"volume {volume_id}: its thick image cannot be allocated again ({err.strerror})") from err
-        log.warning("volume %s: its thick image lost blocks that the pool cannot give back now (%s)", volume_id,
-                    err.strerror)
-
-
 def _required(value: str, name: str) -> str:
     if not value:
         raise _invalid(f"{name} is required")
@@ -104,18 +99,28 @@ def _required(value: str, name: str) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class _Image:
+    key: loop.FileKey
+    block: bool
+    size: int
+
+
 class NodeService:
     """``pools`` returns the pools configured now (a reloaded ConfigMap applies at once)."""
 
     def __init__(self, node_name: str, pools: Callable[[], Mapping[str, Pool]], *,
-                 on_expanded: ExpandedHook | None = None, on_change: Callable[[], None] | None = None) -> None:
+                 on_expanded: ExpandedHook | None = None, on_change: Callable[[], None] | None = None,
+                 recorded_mode: RecordedMode | None = None) -> None:
         self.node_name = node_name
         self.pools = pools
         self.on_expanded = on_expanded
+        self.recorded_mode = recorded_mode
         #: Called after a volume was staged or unstaged (the health watch looks again).
         self.on_change = on_change
-        #: Where each volume was staged by this process (volume -> staging path), for the health
-        #: watch: a staging mount that disappears under the kubelet is said on the volume.
+        #: Where each volume was staged by this process (volume -> staging path, or a Block
+        #: volume's staging file), for the health watch: a staging mount that disappears under
+        #: the kubelet is said on the volume.
         self._staged: dict[str, str] = {}
         self._busy: set[str] = set()
         self._busy_guard = threading.Lock()
@@ -173,27 +178,46 @@ class NodeService:
         volume_id = self._volume_id(request.volume_id)
         staging = _required(request.staging_target_path, "staging_target_path")
         capability = request.volume_capability
-        if capability.WhichOneof("access_type") != "mount":
-            raise _invalid(f"volume {volume_id}: only filesystem volumes are served (volumeMode Filesystem)")
+        access = capability.WhichOneof("access_type")
+        if access not in ("mount", "block"):
+            raise _invalid(f"volume {volume_id}: its capability has no access type (mount or block)")
         if capability.access_mode.mode not in _SINGLE_NODE:
             raise _invalid(f"volume {volume_id}: access mode "
                            f"{csi.VolumeCapability.AccessMode.Mode.Name(capability.access_mode.mode)} is not "
                            "single-node; a node-local volume is reachable from one node only")
         context = dict(request.volume_context)
-        flags = list(capability.mount.mount_flags)
         thick = context.get(PROVISIONING) == "thick"
+        if access == "block":
+            with self._exclusive(volume_id, slow=True):
+                pool = self._pool(context, volume_id)
+                self._check_mode(volume_id, block=True)
+                file = blockvolume.stage(pool, volume_id, staging, context.get(IMAGE_UUID), thick=thick)
+                with self._busy_guard:
+                    self._staged[volume_id] = os.path.realpath(file)
+            self._changed()
+            return csi.NodeStageVolumeResponse()
+        flags = list(capability.mount.mount_flags)
         # A PV's mountOptions entry may hold several options ("noatime,discard").
         if thick and "discard" in {o.strip() for flag in flags for o in flag.split(",")}:
             raise _invalid(f"volume {volume_id}: mount option 'discard' on a thick volume would give its allocated "
                            "blocks back to the pool; remove it from the StorageClass's mountOptions")
         with self._exclusive(volume_id, slow=True):
             pool = self._pool(context, volume_id)
+            self._check_mode(volume_id, block=False)
             fs_type = capability.mount.fs_type or "ext4"
             self._stage(pool, volume_id, staging, fs_type, flags, context.get(FS_UUID), thick=thick)
             with self._busy_guard:
                 self._staged[volume_id] = os.path.realpath(staging)
         self._changed()
         return csi.NodeStageVolumeResponse()
+
+    def _check_mode(self, volume_id: str, *, block: bool) -> None:
+        """Refuse to serve a volume in another mode than its image journal record's."""
+        recorded = self.recorded_mode(volume_id) if self.recorded_mode is not None else None
+        asked = BLOCK if block else FILESYSTEM
+        if recorded is not None and recorded != asked:
+            raise _precondition(f"volume {volume_id} was made for volumeMode {recorded} (its image journal record); "
+                                f"it is not served as volumeMode {asked} (its PV was changed or re-created?)")
 
     def staged(self) -> dict[str, str]:
         """Where this process staged each volume that is still staged (volume -> staging path)."""
@@ -208,6 +232,9 @@ class NodeService:
                expected_uuid: str | None, *, thick: bool) -> None:
         try:
             with pool.images.open_image(volume_id) as fd:
+                if read_block_uuid(fd) is not None:
+                    raise _precondition(f"volume {volume_id}: the image in pool {pool.name} was made for volumeMode "
+                                        "Block: its content is the tenant's, never mounted as a filesystem")
                 devices = loop.loops_of(fd, named=f"/{volume_id}/{IMAGE_FILE}")
                 mounts = [m for device in devices for m in mounting.mounts_of_device(*device.rdev)]
                 here = mounting.mount_at(staging)
@@ -229,7 +256,7 @@ class NodeService:
                                    "it, losetup -d it")
                 found = self._check_identity(pool, volume_id, fd, expected_uuid)
                 if thick:
-                    _reallocate(fd, volume_id)
+                    reallocate(fd, volume_id)
                 try:
                     attached = loop.attach(fd, pool.images.image_path(volume_id))
                 except loop.LoopError as err:
@@ -276,6 +303,11 @@ class NodeService:
             if info is not None:
                 self._check_not_another(volume_id, info)
                 self._unmount_staged(volume_id, staging, mounting.device_of(info))
+            image = self._image(volume_id)
+            blockvolume.unstage(volume_id, staging, image.key if image else None)
+            if image is not None and image.block:
+                devices = loop.kernel_loops(named=f"/{volume_id}/{IMAGE_FILE}").get(image.key, [])
+                blockvolume.let_go(volume_id, devices, image.key)
             with self._busy_guard:
                 self._staged.pop(volume_id, None)
         self._changed()
@@ -311,6 +343,12 @@ class NodeService:
         volume_id = self._volume_id(request.volume_id)
         staging = _required(request.staging_target_path, "staging_target_path")
         target = _required(request.target_path, "target_path")
+        if request.volume_capability.WhichOneof("access_type") == "block":
+            with self._exclusive(volume_id):
+                image = self._image(volume_id)
+                blockvolume.publish(volume_id, staging, target, image.key if image else None,
+                                    readonly=request.readonly)
+            return csi.NodePublishVolumeResponse()
         with self._exclusive(volume_id):
             staged = mounting.mount_at(staging)
             if staged is None:
@@ -336,12 +374,13 @@ class NodeService:
                     pass
             except mounting.MountError as err:
                 raise _precondition(f"volume {volume_id}: {err}") from err
-            try:
-                os.rmdir(target)
-            except FileNotFoundError:
-                pass
-            except OSError as err:
-                log.warning("volume %s: %s not removed: %s", volume_id, target, err.strerror)
+            if os.path.isdir(target) and not os.path.islink(target):
+                try:
+                    os.rmdir(target)
+                except OSError as err:
+                    log.warning("volume %s: %s not removed: %s", volume_id, target, err.strerror)
+            else:
+                blockvolume.remove_file(target, volume_id)  # a Block volume's target file
         return csi.NodeUnpublishVolumeResponse()
 
     # ------------------------------------------------------------------ stats and expansion
@@ -355,6 +394,9 @@ class NodeService:
 
     def stats(self, request: csi.NodeGetVolumeStatsRequest) -> csi.NodeGetVolumeStatsResponse:
         volume_id = self._volume_id(request.volume_id)
+        block_file = self._block_file(volume_id, _required(request.volume_path, "volume_path"))
+        if block_file is not None:
+            return self._block_stats(volume_id, block_file)
         info, device = self._mounted(volume_id, request.volume_path)
         try:
             st = os.statvfs(request.volume_path)
@@ -370,6 +412,27 @@ class NodeService:
         problem = self._condition(volume_id, info, device)
         return csi.NodeGetVolumeStatsResponse(usage=usage, volume_condition=csi.VolumeCondition(
             abnormal=problem is not None, message=problem or "the image and its filesystem are healthy"))
+
+    @staticmethod
+    def _block_file(volume_id: str, path: str) -> str | None:
+        """The file a Block volume's device is bound at, for a ``volume_path`` that is one (a
+        target file) or a staging directory holding one; None: not a Block volume's path."""
+        for candidate in (path, blockvolume.staging_file(path, volume_id)):
+            if mounting.device_at(candidate) is not None and mounting.mount_at(candidate) is not None:
+                return candidate
+        return None
+
+    def _block_stats(self, volume_id: str, path: str) -> csi.NodeGetVolumeStatsResponse:
+        """A raw device's usage is its size in bytes (the CSI spec's ``total``): with no
+        filesystem, nothing on the node knows what of it is used, and there are no inodes."""
+        device = blockvolume.loop_at(path)
+        problem = (self._device_condition(volume_id, device) if device is not None else
+                   f"{path} is not a loop device: not this volume's image")
+        size = device.size() if device is not None and problem is None else 0
+        return csi.NodeGetVolumeStatsResponse(
+            usage=[csi.VolumeUsage(unit=csi.VolumeUsage.BYTES, total=size)] if size else [],
+            volume_condition=csi.VolumeCondition(abnormal=problem is not None,
+                                                 message=problem or "the image and its loop device are healthy"))
 
     def _check_holds(self, volume_id: str, mount: MountInfo) -> None:
         """Refuse a mount whose filesystem is not this volume's image (its loop device reads
@@ -396,11 +459,18 @@ class NodeService:
     def _image_key(self, volume_id: str) -> loop.FileKey | None:
         """The device and inode of the volume's image, in whichever configured pool holds it
         (None when none does, as far as the pools that can be looked at now show)."""
+        image = self._image(volume_id)
+        return image.key if image is not None else None
+
+    def _image(self, volume_id: str) -> _Image | None:
+        """The volume's image in whichever configured pool holds it: its device and inode, and
+        whether it is a Block image."""
         for pool in self.pools().values():
             try:
                 with pool.images.open_image(volume_id, writable=False) as fd:
-                    return loop.file_key(os.fstat(fd))
-            except ImageError:
+                    st = os.fstat(fd)
+                    return _Image(loop.file_key(st), read_block_uuid(fd) is not None, st.st_size)
+            except (ImageError, OSError):
                 continue
         return None
 
@@ -408,16 +478,9 @@ class NodeService:
         """What is wrong with a mounted volume (None when nothing is): reporting only."""
         if device is None:
             return f"{info.mount_point} is not on a loop device ({info.source}): not this volume's image"
-        held = loop.backing_key(device)
-        if held is None:
-            return f"{device.path} is no longer bound to the image"
-        if (loop.backing_file(device) or "").endswith(" (deleted)"):
-            return f"volume {volume_id}'s image was deleted while mounted: its data goes when it is unstaged"
-        image = self._image_key(volume_id)
-        if image is None:
-            return f"volume {volume_id} has no image in the pools it could be in now"
-        if held != image:
-            return f"{device.path} reads another file than volume {volume_id}'s image"
+        problem = self._device_condition(volume_id, device)
+        if problem is not None:
+            return problem
         if "ro" in info.super_options.split(","):
             return "the filesystem was made read-only by the kernel (I/O or filesystem errors)"
         try:
@@ -428,10 +491,28 @@ class NodeService:
             return f"the filesystem logged {errors} errors (run e2fsck on the image while it is unused)"
         return None
 
+    def _device_condition(self, volume_id: str, device: loop.Loop) -> str | None:
+        """What is wrong with a volume's loop device (None when nothing is): reporting only."""
+        held = loop.backing_key(device)
+        if held is None:
+            return f"{device.path} is no longer bound to the image"
+        if (loop.backing_file(device) or "").endswith(" (deleted)"):
+            return f"volume {volume_id}'s image was deleted while mounted: its data goes when it is unstaged"
+        image = self._image_key(volume_id)
+        if image is None:
+            return f"volume {volume_id} has no image in the pools it could be in now"
+        if held != image:
+            return f"{device.path} reads another file than volume {volume_id}'s image"
+        return None
+
     def expand(self, request: csi.NodeExpandVolumeRequest) -> csi.NodeExpandVolumeResponse:
         volume_id = self._volume_id(request.volume_id)
         path = request.volume_path or request.staging_target_path
+        access = request.volume_capability.WhichOneof("access_type") if request.HasField("volume_capability") else None
         with self._exclusive(volume_id, slow=True):
+            image = self._image(volume_id)
+            if access == "block" or (access is None and image is not None and image.block):
+                return self._expand_block(volume_id, image, request.capacity_range.required_bytes)
             info, device = self._mounted(volume_id, path)
             if device is None:
                 raise _precondition(f"volume {volume_id}: {path} is not on a loop device")
@@ -452,6 +533,30 @@ class NodeService:
                 except mounting.MountError as err:
                     raise _precondition(f"volume {volume_id}: {err}") from err
         log.info("volume %s: filesystem grown to %d bytes", volume_id, size)
+        if self.on_expanded is not None:
+            self.on_expanded(volume_id, size)
+        return csi.NodeExpandVolumeResponse(capacity_bytes=size)
+
+    def _expand_block(self, volume_id: str, image: _Image | None, wanted: int) -> csi.NodeExpandVolumeResponse:
+        """A Block volume grows with its image: each of its loop devices is made to see the
+        image's size (the controller did, if it was staged then); there is no filesystem."""
+        if image is None:
+            raise RpcError(grpc.StatusCode.NOT_FOUND, f"volume {volume_id}: no image in the pools configured on "
+                                                      f"node {self.node_name}")
+        if not image.block:
+            raise _precondition(f"volume {volume_id}: its image was made for volumeMode Filesystem, not grown as a "
+                                "raw device")
+        size = image.size
+        try:
+            for device in loop.kernel_loops(named=f"/{volume_id}/{IMAGE_FILE}").get(image.key, []):
+                size = min(size, loop.refresh_capacity(device))
+        except loop.LoopError as err:
+            raise _precondition(f"volume {volume_id}: {err}") from err
+        if wanted and size < wanted:
+            raise RpcError(grpc.StatusCode.OUT_OF_RANGE,
+                           f"volume {volume_id}: its image has {size} bytes, {wanted} asked: the image is grown by the "
+                           "agent's controller first (retried)")
+        log.info("volume %s: its loop device sees %d bytes (raw block: no filesystem to grow)", volume_id, size)
         if self.on_expanded is not None:
             self.on_expanded(volume_id, size)
         return csi.NodeExpandVolumeResponse(capacity_bytes=size)

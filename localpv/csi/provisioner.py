@@ -7,6 +7,12 @@ with no I/O, so every rule is a plain function a test can call: which class sett
 parameters), how large the image is, and the PV external-provisioner would have made:
 ``spec.csi`` (driver, volumeHandle, fsType, volumeAttributes), node affinity, capacity,
 reclaim policy and mount options from the class, pre-bound to the claim.
+
+A ``volumeMode: Block`` claim gets a Block image (no filesystem) and a PV that says
+``volumeMode: Block``. As external-provisioner does, the class's filesystem settings do not
+apply to it: no ``fsType`` in its PV, no ``mkfsOptions``, no ``mountOptions`` (nothing is
+mounted); the class's parameters must still agree with the ConfigMap, which is a property of
+the class, not of the claim.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localpv.config.dynamic import DynamicClass
-from localpv.csi.images import MIN_SIZE, FsType, Provisioning
-from localpv.csi.volume import FS_UUID, NODE, POOL, PROVISIONING
+from localpv.csi.images import MIN_BLOCK_SIZE, MIN_SIZE, FsType, Provisioning
+from localpv.csi.journal import BLOCK, FILESYSTEM
+from localpv.csi.volume import FS_UUID, IMAGE_UUID, NODE, POOL, PROVISIONING
 from localpv.kube.objects import Obj
 from localpv.naming import (
     HOSTNAME_LABEL_KEY,
@@ -53,6 +60,11 @@ class Request:
     storage_class: str
     settings: DynamicClass
     size: int
+    volume_mode: str = FILESYSTEM
+
+    @property
+    def block(self) -> bool:
+        return self.volume_mode == BLOCK
 
     @property
     def fs(self) -> FsType:
@@ -95,9 +107,18 @@ def requested_bytes(claim: Obj) -> int:
         raise Refused(f"spec.resources.requests.storage: expected a quantity, got {text!r}") from err
 
 
-def image_size(requested: int, fs: FsType) -> int:
-    """The image for a request: whole MiB, at least what the filesystem needs."""
-    return max(-(-requested // MiB) * MiB, MIN_SIZE[fs])
+def image_size(requested: int, fs: FsType | None) -> int:
+    """The image for a request: whole MiB, at least what the filesystem needs (``fs`` None: a
+    Block image, at least 1 MiB)."""
+    return max(-(-requested // MiB) * MiB, MIN_SIZE[fs] if fs is not None else MIN_BLOCK_SIZE)
+
+
+def volume_mode(claim: Obj) -> str:
+    """The claim's ``volumeMode`` (Filesystem when unset, as the API server defaults it)."""
+    mode = (claim.get("spec") or {}).get("volumeMode") or FILESYSTEM
+    if mode not in (FILESYSTEM, BLOCK):
+        raise Refused(f"volumeMode: expected Filesystem or Block, got {mode!r}")
+    return str(mode)
 
 
 def check_parameters(storage_class: Obj, settings: DynamicClass) -> None:
@@ -115,8 +136,7 @@ def check_parameters(storage_class: Obj, settings: DynamicClass) -> None:
 
 def check_claim(claim: Obj) -> None:
     spec = claim.get("spec") or {}
-    if spec.get("volumeMode") == "Block":
-        raise Refused("volumeMode Block is not supported by dynamic node-local volumes (use Filesystem)")
+    volume_mode(claim)
     modes = set(spec.get("accessModes") or [])
     if not modes or not modes <= STAGEABLE_MODES:
         # ReadOnlyMany too: the kubelet stages it as MULTI_NODE_READER_ONLY, which a node-local
@@ -142,25 +162,28 @@ def check_mount_options(storage_class: Obj, settings: DynamicClass) -> None:
 
 
 def build_volume(request: Request, claim: Obj, storage_class: Obj, *, driver: str, node_name: str,
-                 hostname: str, fs_uuid: str) -> Obj:
-    """The PV of a made image, pre-bound to its claim (the PV controller finishes the bind)."""
+                 hostname: str, identity: str) -> Obj:
+    """The PV of a made image, pre-bound to its claim (the PV controller finishes the bind).
+    ``identity``: the image's filesystem UUID, or a Block image's UUID."""
     meta, cspec = claim["metadata"], claim.get("spec") or {}
     spec: Obj = {
         "capacity": {"storage": _quantity(request.size)},
         "accessModes": list(cspec.get("accessModes") or ["ReadWriteOnce"]),
         "persistentVolumeReclaimPolicy": storage_class.get("reclaimPolicy") or "Delete",
         "storageClassName": request.storage_class,
-        "volumeMode": "Filesystem",
+        "volumeMode": request.volume_mode,
         "claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": meta.get("namespace"),
                      "name": meta.get("name"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
-        "csi": {"driver": driver, "volumeHandle": request.volume, "fsType": request.settings.fs_type,
-                "volumeAttributes": {POOL: request.settings.pool, FS_UUID: fs_uuid, NODE: node_name,
-                                     PROVISIONING: request.settings.provisioning}},
+        "csi": {"driver": driver, "volumeHandle": request.volume,
+                "volumeAttributes": {POOL: request.settings.pool, IMAGE_UUID if request.block else FS_UUID: identity,
+                                     NODE: node_name, PROVISIONING: request.settings.provisioning}},
         "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": HOSTNAME_LABEL_KEY, "operator": "In", "values": [hostname]}]}]}},
     }
-    if storage_class.get("mountOptions"):
-        spec["mountOptions"] = list(storage_class["mountOptions"])
+    if not request.block:
+        spec["csi"]["fsType"] = request.settings.fs_type
+        if storage_class.get("mountOptions"):
+            spec["mountOptions"] = list(storage_class["mountOptions"])
     return {"apiVersion": "v1", "kind": "PersistentVolume",
             "metadata": {"name": request.volume, "labels": {NODE_LABEL_KEY: node_label_value(node_name)},
                          "annotations": {PROVISIONED_BY_ANNOTATION: driver}},

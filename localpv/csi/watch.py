@@ -23,9 +23,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from localpv.clock import Clock, SystemClock
-from localpv.csi import loop
+from localpv.csi import loop, mounting
 from localpv.csi.health import ImageLook, Looks, MountLook, PoolRisk, assess
-from localpv.csi.images import IMAGE_FILE, ImageError, read_fs_uuid
+from localpv.csi.images import IMAGE_FILE, ImageError, read_block_uuid, read_fs_uuid
 from localpv.csi.pools import Pool, PoolState
 from localpv.csi.volume import POOL, PROVISIONING
 from localpv.host.mounts import MountInfo, read_mountinfo
@@ -118,8 +118,10 @@ class HealthWatch:
         """What the node shows of each PV's image."""
         kernel = loop.kernel_loops(named=f"/{IMAGE_FILE}")
         mounts: dict[str, list[MountInfo]] = {}
-        for info in read_mountinfo():
+        table = read_mountinfo()
+        for info in table:
             mounts.setdefault(info.major_minor, []).append(info)
+        binds = mounting.all_device_binds(table)  # Block volumes' device files
         deleted = {device.number: path for device in loop.bound(named=f"/{IMAGE_FILE} (deleted)")
                    if (path := loop.backing_file(device) or "")}
         staged = self.staged()
@@ -130,11 +132,12 @@ class HealthWatch:
             attributes = (((pv.get("spec") or {}).get("csi") or {}).get("volumeAttributes") or {})
             pool = pools.get(str(attributes.get(POOL) or ""))
             thick = attributes.get(PROVISIONING) == "thick"
-            looks[name] = self._look_one(name, pool, thick, kernel, mounts, deleted, staged.get(name))
+            looks[name] = self._look_one(name, pool, thick, kernel, mounts, binds, deleted, staged.get(name))
         return looks
 
     def _look_one(self, name: str, pool: Pool | None, thick: bool, kernel: Mapping[loop.FileKey, list[loop.Loop]],
-                  mounts: Mapping[str, list[MountInfo]], deleted: Mapping[int, str],
+                  mounts: Mapping[str, list[MountInfo]], binds: Mapping[tuple[int, int], list[MountInfo]],
+                  deleted: Mapping[int, str],
                   staged_at: str | None) -> ImageLook:
         gone = tuple(n for n, path in deleted.items() if f"/{name}/" in path)
         if pool is None:
@@ -145,7 +148,9 @@ class HealthWatch:
         try:
             with pool.images.open_image(name, writable=thick) as fd:
                 st = os.fstat(fd)
-                fs_uuid = read_fs_uuid(fd)
+                block_uuid = read_block_uuid(fd)
+                # A Block image's content is the tenant's: whatever superblock it holds says nothing.
+                fs_uuid = read_fs_uuid(fd) if block_uuid is None else None
                 allocation = _heal_thick(fd, name) if thick and st.st_blocks * 512 < st.st_size else None
                 if allocation is None and thick:
                     st = os.fstat(fd)
@@ -156,6 +161,15 @@ class HealthWatch:
         except OSError as err:
             return ImageLook(pool_problem=f"the image cannot be read ({err.strerror})", deleted_loops=gone)
         devices = kernel.get(loop.file_key(st), [])
+        if block_uuid is not None:  # its device's node bound at the staging file, the targets
+            files = [m for device in devices for m in binds.get(device.rdev, [])]
+            if staged_at is None:  # after a restart: the staging file is named after the volume
+                staged_at = next((m.mount_point for m in files if os.path.basename(m.mount_point) == name), None)
+            return ImageLook(
+                present=True, block_uuid=block_uuid, size=st.st_size, allocated=st.st_blocks * 512,
+                loops=tuple(d.number for d in devices), deleted_loops=gone,
+                mounts=tuple(MountLook(m.mount_point, False) for m in files), staged_at=staged_at,
+                allocation_problem=allocation)
         seen = [m for device in devices for m in mounts.get(f"{loop.LOOP_MAJOR}:{device.number}", [])]
         if staged_at is None:  # after a restart: the image's filesystem mount that is no pod's bind
             staged_at = next((m.mount_point for m in seen if "/pods/" not in m.mount_point), None)

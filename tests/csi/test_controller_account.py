@@ -190,8 +190,8 @@ def test_a_lost_image_journal_adopts_the_images_found_in_the_pool(env: Env) -> N
                                                                  "default/kept", 100 * MiB)
     assert (stray.state, stray.provisioning, stray.fs_uuid, stray.size) == (ImageState.ORPHANED, "thick", stray_uuid,
                                                                             32 * MiB)
-    adopted = wait_for(lambda: [m for r, m in env.reasons(NODE_NAME) if r == "ImageAdopted"] or None,
-                       what="the Node's events")
+    adopted = wait_for(lambda: (found := [m for r, m in env.reasons(NODE_NAME) if r == "ImageAdopted"]) and
+                       len(found) >= 2 and found, what="the Node's two events (the recorder thread writes them)")
     assert len(adopted) == 2 and any("recorded as orphaned" in m for m in adopted)
     assert promised(env) == 132 * MiB
 

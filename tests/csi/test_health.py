@@ -272,3 +272,41 @@ def test_a_thin_pool_filled_by_its_tenants_is_said_before_and_when_it_fails(
             client.close()
         dynamic.recorder.stop()
     wait_for(lambda: not pool.images.in_use("pvc-one"), what="the loop device to go")
+
+
+@pytest.mark.root
+def test_a_block_volume_is_watched_through_its_device_files(
+        watched: Watched, plugin: tuple[Client, NodeService], pool_env: PoolEnv, tmp_path: Path) -> None:
+    """Staged and published, a Block volume is healthy (its staging file is its 'mount'); its
+    staging bind taken away, or its image's mark changed, is said; a thick one that a pod's
+    blkdiscard punched holes into gets its blocks back at the next look."""
+    from tests.csi.test_node_block import block_image, publish
+    from tests.csi.test_node_block import stage as stage_block
+    from tests.csi.test_node_block import unpublish as unpublish_block
+    from tests.csi.test_node_block import unstage as unstage_block
+
+    client, _ = plugin
+    context = block_image(pool_env, "pvc-raw", 16 * MiB, provisioning=Provisioning.THICK)
+    volume = pv("pvc-raw", uid="uid-raw", provisioning="thick")
+    volume["spec"]["csi"]["volumeAttributes"] = context
+    watched.volumes.append(volume)
+    staging, target = tmp_path / "staging", tmp_path / "target"
+    stage_block(client, "pvc-raw", staging, context)
+    publish(client, "pvc-raw", staging, target)
+    image = Path(pool_env.pool.images.image_path("pvc-raw"))
+    try:
+        assert watched.conditions("pvc-raw") == []
+        sh("blkdiscard", "-o", "0", "-l", str(8 * MiB), target)  # the tenant discards: holes in the image
+        os.sync()
+        assert image.stat().st_blocks * 512 < image.stat().st_size, "the discard reached the image"
+        assert watched.conditions("pvc-raw") == []
+        assert image.stat().st_blocks * 512 >= image.stat().st_size, "allocated again by the look"
+        os.setxattr(image, "user.localpv.block", b"0b1c2d3e-0000-4000-8000-0000000000ff")
+        assert watched.conditions("pvc-raw") == ["IdentityChanged"]
+        os.setxattr(image, "user.localpv.block", context["localpv.dev/imageUUID"].encode())
+        sh("umount", staging / "pvc-raw")  # someone took the staging bind away
+        assert watched.conditions("pvc-raw") == ["NotMounted"]
+    finally:
+        unpublish_block(client, "pvc-raw", target)
+        unstage_block(client, "pvc-raw", staging)
+    assert watched.conditions("pvc-raw") == []

@@ -10,6 +10,7 @@ import pytest
 
 from localpv.config.dynamic import PoolConfig
 from localpv.csi.images import (
+    BLOCK_XATTR,
     FsType,
     ImageError,
     ImageStore,
@@ -19,7 +20,7 @@ from localpv.csi.images import (
     ext4_size,
     mkfs_result_problem,
 )
-from localpv.csi.journal import ImageJournal, ImageJournalError, ImageRecord, ImageState
+from localpv.csi.journal import BLOCK, ImageJournal, ImageJournalError, ImageRecord, ImageState
 from localpv.csi.pools import Pool, PoolState
 from tests.conftest import NEEDS_XFS
 from tests.csi.conftest import PoolEnv
@@ -207,3 +208,50 @@ def test_an_unreadable_journal_stops_rather_than_guesses(tmp_path: Path) -> None
     path.write_text('{"version": 1, "images": {"pvc-a": {"state": "bogus"}}}')
     with pytest.raises(ImageJournalError, match=r"unreadable image journal.*Do not delete it"):
         ImageJournal(path)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("provisioning", [Provisioning.THIN, Provisioning.THICK])
+def test_a_block_image_has_no_filesystem_and_is_marked_with_its_uuid(pool_env: PoolEnv,
+                                                                     provisioning: Provisioning) -> None:
+    images = pool_env.pool.images
+    image_uuid = images.create_block("pvc-block", 5 * MiB, provisioning=provisioning)
+    usage = images.usage("pvc-block")
+    assert usage.size == 5 * MiB
+    assert (usage.allocated >= 5 * MiB) if provisioning is Provisioning.THICK else (usage.allocated == 0)
+    assert images.block_uuid("pvc-block") == image_uuid
+    assert os.getxattr(images.image_path("pvc-block"), BLOCK_XATTR) == image_uuid.encode()
+    assert images.fs_uuid("pvc-block") is None and images.fs_type("pvc-block") is None, "no mkfs"
+    # Made again (an interrupted create retried) with its chosen UUID: the same mark.
+    assert images.create_block("pvc-block", 5 * MiB, provisioning=provisioning, image_uuid=image_uuid) == image_uuid
+    with pytest.raises(ImageError, match="at least 1 MiB"):
+        images.create_block("pvc-tiny", 4096, provisioning=provisioning)
+    # An image made with a filesystem over it (never for the same claim, but never marked Block).
+    images.create("pvc-block", 8 * MiB, fs=FsType.EXT4, provisioning=provisioning)
+    assert images.block_uuid("pvc-block") is None
+
+
+@pytest.mark.root
+def test_a_block_image_on_a_filesystem_without_extended_attributes_is_refused(tmp_path: Path,
+                                                                              mounter: Mounter) -> None:
+    root = mounter.ramfs(tmp_path / "pool")  # ramfs keeps no user extended attributes
+    images = ImageStore(str(root))
+    with pytest.raises(ImageError, match=r"keeps no extended attributes.*image truncated"):
+        images.create_block("pvc-block", 2 * MiB, provisioning=Provisioning.THIN)
+    assert images.usage("pvc-block").size == 0
+
+
+def test_a_journal_without_block_images_reads_as_before_and_block_records_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "csi-images.json"
+    journal = ImageJournal(path)
+    fs = ImageRecord(volume="pvc-a", pool="fast", size=MiB, fs_type="ext4", provisioning="thin", claim_uid="u1",
+                     claim="ns/a", state=ImageState.READY, since=1.0, fs_uuid="f")
+    journal.put(fs)
+    stored = path.read_text()
+    assert "volume_mode" not in stored and "image_uuid" not in stored, "an older agent reads it"
+    block = ImageRecord(volume="pvc-b", pool="fast", size=MiB, fs_type="", provisioning="thick", claim_uid="u2",
+                        claim="ns/b", state=ImageState.READY, since=1.0, volume_mode=BLOCK, image_uuid="i")
+    journal.put(block)
+    again = ImageJournal(path)
+    assert again.get("pvc-a") == fs and not fs.block
+    assert again.get("pvc-b") == block and block.block

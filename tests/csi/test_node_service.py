@@ -252,15 +252,20 @@ def test_stats_report_an_image_deleted_under_its_mount(plugin: tuple[Client, Nod
     assert code == grpc.StatusCode.NOT_FOUND
 
 
-def test_block_and_multi_node_access_are_refused(plugin: tuple[Client, NodeService], pool_env: PoolEnv,
-                                                 tmp_path: Path) -> None:
+def test_a_filesystem_volume_as_a_raw_device_no_access_type_and_multi_node_access_are_refused(
+        plugin: tuple[Client, NodeService], pool_env: PoolEnv, tmp_path: Path) -> None:
     client, _ = plugin
     context = pool_env.image(VOLUME)
     block = csi.VolumeCapability(block=csi.VolumeCapability.BlockVolume(),
                                  access_mode=csi.VolumeCapability.AccessMode(mode=1))
-    code, _ = code_of(lambda: client.node("NodeStageVolume", csi.NodeStageVolumeRequest(
+    code, details = code_of(lambda: client.node("NodeStageVolume", csi.NodeStageVolumeRequest(
         volume_id=VOLUME, staging_target_path=str(tmp_path / "s"), volume_capability=block, volume_context=context)))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "not a Block image" in details, details
+    assert not pool_env.pool.images.in_use(VOLUME)
+    neither = csi.VolumeCapability(access_mode=csi.VolumeCapability.AccessMode(mode=1))
+    code, details = code_of(lambda: client.node("NodeStageVolume", csi.NodeStageVolumeRequest(
+        volume_id=VOLUME, staging_target_path=str(tmp_path / "s"), volume_capability=neither, volume_context=context)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "access type" in details
     rwx = capability(mode=csi.VolumeCapability.AccessMode.MULTI_NODE_MULTI_WRITER)
     code, details = code_of(lambda: client.node("NodeStageVolume", csi.NodeStageVolumeRequest(
         volume_id=VOLUME, staging_target_path=str(tmp_path / "s"), volume_capability=rwx, volume_context=context)))

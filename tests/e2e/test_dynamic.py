@@ -1,7 +1,8 @@
 """Dynamic volumes on a real cluster (issue 18): the agent as the CSI node plugin of a real
 kubelet (1.20 on realk8s), its registration in the Node's CSINode, pods writing through
 dynamic claims with the size enforced, online expansion seen by a running pod, the kubelet's
-stats summary, an agent restart under a running pod, and a deleted claim's image removed.
+stats summary, an agent restart under a running pod, a deleted claim's image removed, and a
+raw block claim (issue 25.4) whose pattern one pod writes and the next reads.
 
 The pool is an ext4 filesystem on a loop device, mounted on the node's host before the chart
 is installed. ``LOCALPV_E2E_KUBELET_DIR`` names the kubelet's root directory (default
@@ -221,6 +222,54 @@ def test_deleting_the_claim_removes_the_image(cluster: Cluster, dyn: Dynamic) ->
     cluster.delete(PERSISTENT_VOLUME_CLAIMS, "gone", ns)
     wait_for(lambda: cluster.get(PERSISTENT_VOLUMES, pv["metadata"]["name"]) is None, 120, "the PV to be deleted")
     assert not volume_dir.exists()
+
+
+def block_pod(cluster: Cluster, namespace: str, name: str, claim_name: str, script: str) -> tuple[str, str]:
+    """Run ``script`` as root in a pod with the claim as the raw device /dev/xvda (a device
+    node belongs to root: the kubelet gives no fsGroup to a raw device); (phase, log)."""
+    cluster.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "restartPolicy": "Never", "securityContext": {"runAsUser": 0},
+        "nodeSelector": {"kubernetes.io/hostname": cluster.hostname}, "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "work", "image": cluster.image, "imagePullPolicy": "IfNotPresent",
+                        "command": ["sh", "-c", script],
+                        "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}]}}, namespace)
+
+    def ended() -> str | None:
+        phase = ((cluster.get(PODS, name, namespace) or {}).get("status") or {}).get("phase")
+        return str(phase) if phase in ("Succeeded", "Failed") else None
+    return wait_for(ended, 180, f"pod {name} to finish"), cluster.pod_log(name, namespace)
+
+
+def test_a_raw_block_volume_keeps_a_pattern_from_one_pod_to_the_next(cluster: Cluster, dyn: Dynamic) -> None:
+    """Issue 25.4: a volumeMode Block claim (of an ext4 class: its fsType does not apply) is a
+    device of exactly its size; what one pod writes on it, the next reads back; its image goes
+    with the claim."""
+    ns = dyn.rel.namespace
+    cluster.create(PERSISTENT_VOLUME_CLAIMS, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                              "metadata": {"name": "raw"},
+                                              "spec": {"storageClassName": dyn.ext4, "volumeMode": "Block",
+                                                       "accessModes": ["ReadWriteOnce"],
+                                                       "resources": {"requests": {"storage": "16Mi"}}}}, ns)
+    phase, log = block_pod(cluster, ns, "raw-writer", "raw",
+                           "echo localpv-raw-block-pattern > /tmp/p && "
+                           "dd if=/tmp/p of=/dev/xvda bs=4096 seek=1000 conv=fsync,sync 2>&1 && "
+                           "dd if=/dev/zero of=/dev/xvda bs=1M seek=16 count=1 2>&1; echo written")
+    assert phase == "Succeeded", log
+    assert "No space left on device" in log, f"a write past 16 MiB must fail: {log}"
+    pv = bound_pv(cluster, ns, "raw")
+    assert pv["spec"]["volumeMode"] == "Block" and "fsType" not in pv["spec"]["csi"]
+    image = dyn.pool / pv["metadata"]["name"] / "disk.img"
+    assert image.stat().st_size == 16 * MiB
+    cluster.delete_and_wait(PODS, "raw-writer", ns)
+    phase, log = block_pod(cluster, ns, "raw-reader", "raw",
+                           "dd if=/dev/xvda bs=4096 skip=1000 count=1 2>/dev/null | tr -d '\\000'")
+    assert phase == "Succeeded", log
+    assert log.startswith("localpv-raw-block-pattern"), log
+    cluster.delete_and_wait(PODS, "raw-reader", ns)
+    cluster.delete(PERSISTENT_VOLUME_CLAIMS, "raw", ns)
+    wait_for(lambda: cluster.get(PERSISTENT_VOLUMES, pv["metadata"]["name"]) is None, 120, "the PV to be deleted")
+    assert not image.parent.exists()
 
 
 def csi_call(method: str, request: Any, answer: type[Any]) -> tuple[str, str]:

@@ -62,6 +62,9 @@ class Mounter:
     def tmpfs(self, target: Path, size: int = 8 * MiB) -> Path:
         return self._mount(target, "-t", "tmpfs", "-o", f"size={size}", "localpv-test")
 
+    def ramfs(self, target: Path) -> Path:
+        return self._mount(target, "-t", "ramfs", "localpv-test")
+
     def bind(self, source: Path, target: Path) -> Path:
         return self._mount(target, "--bind", str(source))
 
