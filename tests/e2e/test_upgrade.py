@@ -47,6 +47,9 @@ PREVIOUS_RELEASE = os.environ.get("LOCALPV_E2E_PREVIOUS_RELEASE") or "(not named
 
 pytestmark = [
     pytest.mark.e2e,
+    # Each test moves a whole release and waits on deadlines of its own (rollouts, cleaning):
+    # the suite's 300 s per test (with the module's setup in the first) is too short under load.
+    pytest.mark.timeout(900),
     pytest.mark.skipif(not (PREVIOUS_IMAGE and PREVIOUS_CHART),
                        reason="e2e upgrade: set LOCALPV_E2E_PREVIOUS_IMAGE and LOCALPV_E2E_PREVIOUS_CHART "
                               "(the previous release's image and chart; .ci/e2e builds them)"),
