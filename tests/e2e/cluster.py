@@ -139,10 +139,17 @@ class Cluster:
         outcomes: list[Obj] = json.loads(proc.stdout)
         return outcomes
 
-    def install(self, helm_python: Path, release: str, namespace: str, values: Obj) -> Obj:
+    def install(self, helm_python: Path, release: str, namespace: str, values: Obj, chart: Path = CHART) -> Obj:
         [outcome] = self.helm(helm_python, [{"op": "install", "release": release, "namespace": namespace,
-                                             "chart": str(CHART), "values": values}])
+                                             "chart": str(chart), "values": values}])
         assert outcome["ok"], f"helm install {release} failed: {outcome['error']}"
+        return dict(outcome["result"])
+
+    def upgrade(self, helm_python: Path, release: str, namespace: str, values: Obj, chart: Path = CHART) -> Obj:
+        """``helm upgrade`` (the release's values replaced by ``values``), without waiting."""
+        [outcome] = self.helm(helm_python, [{"op": "upgrade", "release": release, "namespace": namespace,
+                                             "chart": str(chart), "values": values}])
+        assert outcome["ok"], f"helm upgrade {release} failed: {outcome['error']}"
         return dict(outcome["result"])
 
     def uninstall(self, helm_python: Path, release: str, namespace: str) -> None:

@@ -52,6 +52,8 @@ class Install:
     log: str = ""
     #: Labels of the release namespace, made before the install (Pod Security levels).
     namespace_labels: dict[str, str] = field(default_factory=dict)
+    #: Objects in the cluster before the install (what an earlier release left, for lookup).
+    existing: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def manifests(self) -> list[Obj]:
@@ -85,6 +87,8 @@ def run_helm(python: Path, installs: Sequence[Install], workdir: Path) -> None:
         inst.server.start()
         inst.server.create({"apiVersion": "v1", "kind": "Namespace",
                             "metadata": {"name": inst.namespace, "labels": dict(inst.namespace_labels)}})
+        for obj in inst.existing:
+            inst.server.create(obj)
         kubeconfig = inst.server.write_kubeconfig(workdir / f"kubeconfig-{i}", namespace=inst.namespace)
         actions.append({"op": "install", "kubeconfig": str(kubeconfig), "namespace": inst.namespace,
                         "release": inst.release, "chart": str(CHART), "values": inst.values})

@@ -30,6 +30,11 @@ def _run(action: dict[str, Any]) -> Any:
         install = helm_sdkpy.Install(config)
         return asyncio.run(install.run(action["release"], action["chart"], values=action.get("values") or None,
                                        wait=False, timeout=60))
+    if action["op"] == "upgrade":
+        # wait=False: the e2e tests watch the rollout themselves (pods, PVs, the node's processes).
+        upgrade = helm_sdkpy.Upgrade(config)
+        return asyncio.run(upgrade.run(action["release"], action["chart"], values=action.get("values") or None,
+                                       wait=False, timeout=action.get("timeout", 120)))
     if action["op"] == "lint":
         return asyncio.run(helm_sdkpy.Lint(config).run(action["chart"]))
     if action["op"] == "uninstall":

@@ -11,10 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from localpv.cli import cli
+from localpv_emulator.apiserver import ApiServer
 from tests.conftest import NEEDS_XFS
-from tests.helm.chart import NAMESPACE, Install, installed, load_values, run_helm
+from tests.helm.chart import NAMESPACE, RELEASE, Install, installed, load_values, run_helm
 
 DYNAMIC = load_values("dynamic-values.yaml")
+DRIVER_NAME = DYNAMIC["dynamic"].get("driverName", "local.csi.localpv.dev")
 
 
 def _dynamic(**changes: Any) -> dict[str, Any]:
@@ -55,9 +57,34 @@ REFUSED: dict[str, list[str]] = {
 }
 
 
+def _csidriver_of_an_earlier_build(policy: str | None) -> dict[str, Any]:
+    """The CSIDriver as a build before fsGroupPolicy File left it, owned by the same release
+    (so that Helm takes it over), with the policy the API server gave it (None: dropped)."""
+    spec: dict[str, Any] = {"attachRequired": False, "podInfoOnMount": False, "volumeLifecycleModes": ["Persistent"]}
+    if policy is not None:
+        spec["fsGroupPolicy"] = policy
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+            "metadata": {"name": DRIVER_NAME, "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                         "annotations": {"meta.helm.sh/release-name": RELEASE,
+                                         "meta.helm.sh/release-namespace": NAMESPACE}},
+            "spec": spec}
+
+
+#: Upgrades over a CSIDriver an earlier build made: (Kubernetes version, its fsGroupPolicy).
+UPGRADES: dict[str, tuple[str, str | None]] = {
+    "over-default-policy@1.20": ("1.20.0", "ReadWriteOnceWithFSType"),
+    "over-no-policy@1.20": ("1.20.0", None),
+    "over-default-policy@1.28": ("1.28.0", "ReadWriteOnceWithFSType"),
+    "over-default-policy@1.29": ("1.29.0", "ReadWriteOnceWithFSType"),
+}
+
+
 @pytest.fixture(scope="module")
 def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
     done = {name: Install(values) for name, values in SCENARIOS.items()}
+    for name, (version, policy) in UPGRADES.items():
+        done[name] = Install(DYNAMIC, server=ApiServer(binder=True, kube_version=version),
+                             existing=[_csidriver_of_an_earlier_build(policy)])
     try:
         run_helm(helm_python, list(done.values()), tmp_path_factory.mktemp("helm"))
         yield done
@@ -102,3 +129,22 @@ def test_the_csi_driver_has_the_kubelet_apply_fsgroup_to_every_volume(installs: 
     [rendered] = inst.rendered("CSIDriver")
     assert rendered["spec"]["fsGroupPolicy"] == "File"
     assert inst.one("storage.k8s.io/v1", "CSIDriver")["spec"]["fsGroupPolicy"] == "File"
+
+
+@pytest.mark.parametrize("name", sorted(UPGRADES))
+def test_an_existing_csidriver_keeps_its_policy_where_it_cannot_change(installs: dict[str, Install],
+                                                                       name: str) -> None:
+    """Before Kubernetes 1.29 a CSIDriver's spec is immutable: a `helm upgrade` from a build
+    without fsGroupPolicy failed on it ("spec: ... field is immutable", seen on 1.20 by
+    tests/e2e/test_upgrade.py) after updating the other objects. The chart keeps the existing
+    object's value there (and says how to get File); from 1.29 it sets File."""
+    version, policy = UPGRADES[name]
+    inst = installed(installs, name)
+    [rendered] = inst.rendered("CSIDriver")
+    if version >= "1.29":
+        assert rendered["spec"]["fsGroupPolicy"] == "File"
+        assert "keeps fsGroupPolicy" not in inst.notes
+        return
+    assert rendered["spec"].get("fsGroupPolicy") == policy
+    assert f"keeps fsGroupPolicy {policy or '(none)'}" in inst.notes
+    assert f"kubectl delete csidriver {DRIVER_NAME}" in inst.notes

@@ -176,6 +176,23 @@ seccompProfile:
 {{- end }}
 {{- end }}
 
+{{/*
+The CSIDriver's fsGroupPolicy: File, unless the CSIDriver exists already on a Kubernetes
+before 1.29, where its spec cannot change (a `helm upgrade` from a build whose CSIDriver had
+no fsGroupPolicy, i.e. the default ReadWriteOnceWithFSType, failed on that object with
+"spec: ... field is immutable", after updating the others): it keeps the value it has ("" when
+the API server dropped the field), and NOTES.txt says how to get File. With `helm template`
+(no cluster) lookup finds nothing: File.
+*/}}
+{{- define "localpv.csiFsGroupPolicy" -}}
+{{- $live := lookup "storage.k8s.io/v1" "CSIDriver" "" .Values.dynamic.driverName }}
+{{- if and $live (semverCompare "<1.29-0" .Capabilities.KubeVersion.Version) }}
+{{- dig "spec" "fsGroupPolicy" "" $live }}
+{{- else -}}
+File
+{{- end }}
+{{- end }}
+
 {{/* The NFS provisioner's PROVISIONER_NAME: keep the old one when migrating (the
 StorageClass's provisioner field is immutable and every existing PV names it). */}}
 {{- define "localpv.nfsProvisionerName" -}}
