@@ -45,6 +45,15 @@ def _precondition(message: str) -> RpcError:
     return RpcError(grpc.StatusCode.FAILED_PRECONDITION, message)
 
 
+def image_unusable(pool: Pool, volume_id: str, err: ImageError) -> RpcError:
+    """The answer to a stage (either mode) whose image cannot be used: NOT_FOUND when it is
+    missing (nothing is ever created in its place), FAILED_PRECONDITION otherwise."""
+    if err.missing:
+        return RpcError(grpc.StatusCode.NOT_FOUND, f"volume {volume_id}: no image in pool {pool.name} "
+                                                   f"({pool.config.host_dir}); nothing is created in its place")
+    return _precondition(str(err))
+
+
 def staging_file(staging: str, volume_id: str) -> str:
     """Where a Block volume's device is bound when staged: a file in the staging directory."""
     return os.path.join(staging, volume_id)
@@ -139,11 +148,7 @@ def stage(pool: Pool, volume_id: str, staging: str, expected: str | None, *, thi
     except mounting.MountError as err:
         raise _precondition(f"volume {volume_id} (Block image {found}): {err}") from err
     except ImageError as err:
-        if err.missing:
-            raise RpcError(grpc.StatusCode.NOT_FOUND,
-                           f"volume {volume_id}: no image in pool {pool.name} ({pool.config.host_dir}); "
-                           "nothing is created in its place") from err
-        raise _precondition(str(err)) from err
+        raise image_unusable(pool, volume_id, err) from err
     log.info("volume %s staged at %s (raw block)", volume_id, file)
     return file
 

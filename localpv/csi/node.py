@@ -275,11 +275,7 @@ class NodeService:
                     except mounting.MountError as err:
                         raise _precondition(f"volume {volume_id} (filesystem {found}): {err}") from err
         except ImageError as err:
-            if err.missing:
-                raise RpcError(grpc.StatusCode.NOT_FOUND,
-                               f"volume {volume_id}: no image in pool {pool.name} ({pool.config.host_dir}); "
-                               "nothing is created in its place") from err
-            raise _precondition(str(err)) from err
+            raise blockvolume.image_unusable(pool, volume_id, err) from err
         log.info("volume %s staged at %s", volume_id, staging)
 
     @staticmethod
