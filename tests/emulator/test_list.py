@@ -91,6 +91,7 @@ def test_unsupported_field_labels_are_400(core: client.CoreV1Api, lister: str, s
 
 def test_list_items_carry_no_kind_but_the_list_does(srv: ApiServer, api: client.ApiClient) -> None:
     srv.create(pv("pv-a"))
+    srv.settle()
     before = srv.store.rv
     response = api.rest_client.pool_manager.request("GET", srv.url + "/api/v1/persistentvolumes")
     after = srv.store.rv
