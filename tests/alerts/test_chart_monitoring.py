@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.alerts.shipped import ALERTS, DASHBOARD, alert_rules, with_overrides
-from tests.helm.chart import CHART, NAMESPACE, RELEASE, Install, installed, run_helm
+from tests.helm.chart import CHART, NAMESPACE, RELEASE, Install, helm_runs, installed
 
 Obj = dict[str, Any]
 FULLNAME = f"{RELEASE}-localpv"
@@ -43,14 +43,9 @@ SCENARIOS: dict[str, Obj] = {
 
 @pytest.fixture(scope="module")
 def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
-    workdir = tmp_path_factory.mktemp("helm")
     done = {name: Install(values) for name, values in SCENARIOS.items()}
-    try:
-        run_helm(helm_python, list(done.values()), workdir)
-        yield done
-    finally:
-        for inst in done.values():
-            inst.server.stop()
+    with helm_runs(helm_python, done, tmp_path_factory.mktemp("helm")) as installs:
+        yield installs
 
 
 def rule_object(inst: Install) -> Obj:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,18 @@ def _run_logged(python: Path, actions: list[dict[str, Any]], workdir: Path) -> t
     assert proc.returncode == 0, f"helm runner exited {proc.returncode}: {proc.stderr[-3000:]}"
     outcomes: list[dict[str, Any]] = json.loads(proc.stdout)
     return outcomes, proc.stderr
+
+
+@contextlib.contextmanager
+def helm_runs(python: Path, installs: dict[str, Install], workdir: Path) -> Iterator[dict[str, Install]]:
+    """Run every install through real Helm (one helm process for all: its start is the cost);
+    their API servers are stopped afterwards, whatever happened."""
+    try:
+        run_helm(python, list(installs.values()), workdir)
+        yield installs
+    finally:
+        for inst in installs.values():
+            inst.server.stop()
 
 
 def installed(installs: dict[str, Install], name: str) -> Install:

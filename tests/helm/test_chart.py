@@ -28,10 +28,10 @@ from tests.helm.chart import (
     NAMESPACE,
     SCHEMA_VERSIONS,
     Install,
+    helm_runs,
     installed,
     lint,
     load_values,
-    run_helm,
 )
 
 Obj = dict[str, Any]
@@ -83,12 +83,8 @@ REFUSED = {
 @pytest.fixture(scope="module")
 def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
     done = {name: Install(values) for name, values in SCENARIOS.items()}
-    try:
-        run_helm(helm_python, list(done.values()), tmp_path_factory.mktemp("helm"))
-        yield done
-    finally:
-        for inst in done.values():
-            inst.server.stop()
+    with helm_runs(helm_python, done, tmp_path_factory.mktemp("helm")) as installs:
+        yield installs
 
 
 def container(obj: Obj) -> Obj:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from localpv.cli import cli
 from localpv_emulator.apiserver import ApiServer
 from tests.conftest import NEEDS_XFS
-from tests.helm.chart import NAMESPACE, RELEASE, Install, installed, load_values, run_helm
+from tests.helm.chart import NAMESPACE, RELEASE, Install, helm_runs, installed, load_values
 
 DYNAMIC = load_values("dynamic-values.yaml")
 DRIVER_NAME = DYNAMIC["dynamic"].get("driverName", "local.csi.localpv.dev")
@@ -85,12 +85,8 @@ def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     for name, (version, policy) in UPGRADES.items():
         done[name] = Install(DYNAMIC, server=ApiServer(binder=True, kube_version=version),
                              existing=[_csidriver_of_an_earlier_build(policy)])
-    try:
-        run_helm(helm_python, list(done.values()), tmp_path_factory.mktemp("helm"))
-        yield done
-    finally:
-        for inst in done.values():
-            inst.server.stop()
+    with helm_runs(helm_python, done, tmp_path_factory.mktemp("helm")) as installs:
+        yield installs
 
 
 @pytest.mark.parametrize("name", sorted(set(SCENARIOS) - set(REFUSED)))

@@ -28,7 +28,7 @@ import yaml
 from localpv import __version__
 from localpv.cli import cli
 from localpv_emulator.apiserver import ApiServer
-from tests.helm.chart import CI_VALUES, Install, installed, load_values, run_helm
+from tests.helm.chart import CI_VALUES, Install, helm_runs, installed, load_values
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM_VALUES = REPO / "tests" / "e2e" / "data" / "lsp-2.9.0-values.yaml"
@@ -72,12 +72,8 @@ def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     done = {name: Install(values) for name, values in SCENARIOS.items()}
     for name in KUBE_1_20:
         done[f"{name}@1.20"] = Install(SCENARIOS[name], server=ApiServer(binder=True, kube_version="1.20.0"))
-    try:
-        run_helm(helm_python, list(done.values()), tmp_path_factory.mktemp("helm"))
-        yield done
-    finally:
-        for inst in done.values():
-            inst.server.stop()
+    with helm_runs(helm_python, done, tmp_path_factory.mktemp("helm")) as installs:
+        yield installs
 
 
 def agent_container(inst: Install) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.helm.chart import CHART, REPO, Install, installed, load_values, run_helm
+from tests.helm.chart import CHART, REPO, Install, helm_runs, installed, load_values
 from tests.helm.podsecurity import strictest_level, violations
 
 Obj = dict[str, Any]
@@ -48,12 +48,8 @@ SCENARIOS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
 @pytest.fixture(scope="module")
 def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
     done = {name: Install(values, namespace_labels=labels) for name, (values, labels) in SCENARIOS.items()}
-    try:
-        run_helm(helm_python, list(done.values()), tmp_path_factory.mktemp("helm"))
-        yield done
-    finally:
-        for inst in done.values():
-            inst.server.stop()
+    with helm_runs(helm_python, done, tmp_path_factory.mktemp("helm")) as installs:
+        yield installs
 
 
 def agent_env(inst: Install) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from localpv_emulator.apiserver import ApiServer, RequestRecord
 from localpv_emulator.binder import PVBinder
 from localpv_emulator.objects import claim, node
 from tests.conftest import wait_for
-from tests.helm.chart import NAMESPACE, Install, run_helm
+from tests.helm.chart import NAMESPACE, Install, helm_runs
 from tests.nfs.conftest import records, volume_entries
 from tests.support.hostfs import LoopDevices, Mounter
 
@@ -55,14 +55,10 @@ CLEANUP_VALUES: dict[str, Any] = {"nodeCleanup": {"enabled": True},
 @pytest.fixture(scope="module")
 def charts(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
     done = {"agent": Install(AGENT_VALUES), "nfs": Install(NFS_VALUES), "node-cleanup": Install(CLEANUP_VALUES)}
-    try:
-        run_helm(helm_python, list(done.values()), tmp_path_factory.mktemp("helm"))
-        for name, inst in done.items():
+    with helm_runs(helm_python, done, tmp_path_factory.mktemp("helm")) as installs:
+        for name, inst in installs.items():
             assert inst.error is None, f"{name}: {inst.error}"
-        yield done
-    finally:
-        for inst in done.values():
-            inst.server.stop()
+        yield installs
 
 
 @dataclass(frozen=True)
