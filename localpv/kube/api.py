@@ -298,6 +298,16 @@ class KubeApi:
         path = res.path(namespace, _q(name))
         return self._retrying("get", res, lambda: self._request("get", res, "GET", path))
 
+    def discover(self, group: str, version: str = "") -> Obj:
+        """A discovery document: the group's (``/apis/<group>``, an APIGroup listing its
+        versions) or, with ``version``, that group version's APIResourceList. Raises
+        :class:`~localpv.kube.errors.NotFound` when the server does not serve it. Counted in
+        the request metrics as resource ``discovery``."""
+        res = Resource(group, version, "discovery", "Discovery", False)
+        root = f"/apis/{group}" if group else "/api"
+        path = f"{root}/{version}" if version else root
+        return self._retrying("get", res, lambda: self._request("get", res, "GET", path))
+
     def list(
         self,
         res: Resource,
