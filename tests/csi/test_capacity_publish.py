@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from localpv.cli.statusclient import render_status
 from localpv.clock import ManualClock
 from localpv.config import ProvisionerConfig
 from localpv.config.dynamic import DynamicClass
@@ -180,6 +181,10 @@ def test_each_class_gets_its_figure_which_provisioning_lowers_and_deletion_raise
     text = generate_latest(agent.registry).decode()
     assert _sample(text, f'localpv_dynamic_capacity_bytes{{storageclass="{THIN}"}}') == first[THIN]
     assert _sample(text, "localpv_dynamic_capacity_served") == 1
+    status = agent.dynamic.status()  # type: ignore[union-attr]
+    assert {"storageclass": THIN, "capacity": first[THIN]} in status["capacity"]  # type: ignore[operator]
+    shown = render_status({"node": NODE, "dynamic": status}).splitlines()
+    assert any(line.split() == [THIN, f"{first[THIN] >> 20}Mi"] for line in shown), shown
 
 
 def test_a_burst_of_twenty_provisions_is_one_write_per_object(agent: Agent) -> None:
