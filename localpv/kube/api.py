@@ -74,9 +74,10 @@ log = logging.getLogger(__name__)
 
 #: The verbs that change the cluster: each is a crash point once it is answered.
 _WRITES = frozenset({"create", "update", "patch", "delete"})
-#: Writes that are no step of a protocol: events (said, not kept) and leases (a leader's heartbeat,
-#: written on a period: leader election has tests of its own).
-_NOT_STEPS = frozenset({"events", "leases"})
+#: Writes that are no step of a protocol: events (said, not kept), leases (a leader's heartbeat,
+#: written on a period: leader election has tests of its own) and CSIStorageCapacity objects (a
+#: figure recomputed and written again from scratch at every pass: nothing to recover).
+_NOT_STEPS = frozenset({"events", "leases", "csistoragecapacities"})
 
 #: One page of a list: its items and the list's resourceVersion.
 Page = tuple[list[Obj], str]
