@@ -106,14 +106,18 @@ class CapacityPublisher:
         while not self._stopping.is_set():
             self._wake.clear()
             self.run_pass()
+            self._sleep()
+
+    def _sleep(self) -> None:
+        """Until a poke, the next poll, resync or deferred write, or a reloaded configuration
+        (looked for every ``check_period``: comparing one reference, nothing read from disk)."""
+        due = min(t for t in (self._next_poll, self._next_resync, self._deferred) if t is not None)
+        while not self._stopping.is_set():
             now = self.clock.monotonic()
-            wake = min(t for t in (self._next_poll, self._next_resync, self._deferred, now + self.settings.check_period)
-                       if t is not None)
-            while not self._stopping.is_set() and not self.clock.wait(self._wake, max(0.0, wake - now)):
-                now = self.clock.monotonic()
-                if now >= wake or self.config() is not self._config_seen:
-                    break
-                wake = min(wake, now + self.settings.check_period)
+            if now >= due or self.clock.wait(self._wake, min(due, now + self.settings.check_period) - now):
+                return
+            if self.config() is not self._config_seen:
+                return
 
     def run_pass(self) -> None:
         """One pass: discovery if not answered, the objects listed if due, the writes due."""
@@ -121,15 +125,15 @@ class CapacityPublisher:
         now = self.clock.monotonic()
         self._next_poll = now + self.settings.poll_period
         self._config_seen = self.config()
+        if now < self._retry_at:  # after a failure: pokes wait for the backoff too
+            self._deferred = self._retry_at
+            return
         if self.resource is None:
             if self.served is False and now < self._next_resync:
                 return
             if not self._discover(now):
                 return
         assert self.resource is not None
-        if now < self._retry_at:  # after a failure: pokes wait for the backoff too
-            self._deferred = self._retry_at
-            return
         try:
             if self._known is None or now >= self._next_resync:
                 self._relist(self.resource, now)
@@ -214,4 +218,5 @@ class CapacityPublisher:
         delay = min(self.settings.resync_period, self.settings.min_interval * 2 ** self._failures)
         self._failures += 1
         self._retry_at = self._deferred = self.clock.monotonic() + delay
+        self._next_resync = max(self._next_resync, self._retry_at)  # the objects are listed again anyway
 
