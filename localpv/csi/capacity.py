@@ -115,7 +115,9 @@ def render(pub: Publication, class_name: str, capacity: int) -> Obj:
         "apiVersion": pub.api_version, "kind": "CSIStorageCapacity",
         "metadata": {
             "name": object_name(pub.node.name, class_name), "namespace": pub.namespace,
-            "labels": {DRIVER_LABEL: pub.driver, MANAGED_BY_LABEL: f"localpv-{node_value}", NODE_LABEL_KEY: node_value},
+            # The node is in its own label: a managed-by value naming it would pass the 63
+            # characters of a label value for long node names.
+            "labels": {DRIVER_LABEL: pub.driver, MANAGED_BY_LABEL: "localpv", NODE_LABEL_KEY: node_value},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": pub.node.name, "uid": pub.node.uid}],
         },
         "nodeTopology": {"matchLabels": {TOPOLOGY_KEY: node_value}},

@@ -7,7 +7,7 @@ import copy
 from localpv.config.dynamic import DynamicClass
 from localpv.csi import capacity
 from localpv.csi.capacity import NodeRef, Publication, Room
-from localpv.naming import DNS1123_SUBDOMAIN_RE, MiB
+from localpv.naming import DNS1123_SUBDOMAIN_RE, QUALIFIED_NAME_RE, MiB
 
 PUB = Publication(NodeRef("node-1", "uid-1"), "localpv", "local.csi.localpv.dev", "storage.k8s.io/v1")
 CLASSES = {"thin": DynamicClass("thin", "fast"), "thick": DynamicClass("thick", "fast", provisioning="thick"),
@@ -40,9 +40,11 @@ def test_names_are_deterministic_distinct_and_valid_whatever_the_names() -> None
     assert len(names) == 9
     assert all(DNS1123_SUBDOMAIN_RE.fullmatch(n) and len(n) <= 253 for n in names)
     assert capacity.object_name("a", "bc") != capacity.object_name("ab", "c")
-    long = Publication(NodeRef(long_node, "u"), "ns", "d", "storage.k8s.io/v1")
-    topology = capacity.render(long, "x", 0)["nodeTopology"]["matchLabels"]["topology.localpv.dev/node"]
-    assert len(topology) <= 63  # the node label value, hashed when the name is too long for a label
+    for name in (long_node, "n" * 63, "a.b-c"):
+        obj = capacity.render(Publication(NodeRef(name, "u"), "ns", "d", "storage.k8s.io/v1"), "x", 0)
+        values = [*obj["metadata"]["labels"].values(), *obj["nodeTopology"]["matchLabels"].values()]
+        # label values (the node's hashed when its name is too long for one)
+        assert all(len(v) <= 63 and QUALIFIED_NAME_RE.fullmatch(v) for v in values), values
 
 
 def _listed(obj: dict[str, object], rv: str = "7", uid: str = "u-old") -> dict[str, object]:
