@@ -141,6 +141,10 @@ class CapacityPublisher:
             assert isinstance(config, ProvisionerConfig)
             rooms = self.rooms()
         except ApiError as err:
+            if isinstance(err, NotFound):  # the version is no longer served (an upgraded cluster)
+                log.info("capacity tracking: %s is no longer served; asking discovery again",
+                         self.resource.api_version)
+                self.resource = None
             self._failed(f"cannot list this node's capacity objects: {err}")
             return
         except OSError as err:

@@ -61,8 +61,8 @@ class Running:
 
 
 @pytest.fixture
-def running() -> Iterator[Running]:
-    server = ApiServer(binder=False)
+def running(request: pytest.FixtureRequest) -> Iterator[Running]:
+    server = ApiServer(binder=False, capacity_versions=getattr(request, "param", ("v1",)))
     server.start()
     server.create(node("n1"))
     env = Running(server)
@@ -107,3 +107,19 @@ def test_a_discovery_that_fails_is_tried_again_after_the_backoff(running: Runnin
     running.advance(SETTINGS.min_interval)
     wait_for(lambda: len(running.objects()) == 1, what="the object made after discovery answered")
     assert running.publisher.served is True
+
+
+@pytest.mark.parametrize("running", [("v1beta1",)], indirect=True)
+def test_a_version_no_longer_served_is_found_again_through_discovery(running: Running) -> None:
+    """A cluster upgraded under the agent (1.26 to 1.27: v1beta1 gone, v1 served): the list at the
+    old version is 404, and after the backoff discovery finds v1."""
+    running.thread.start()
+    wait_for(lambda: running.server.list("storage.k8s.io/v1beta1", "CSIStorageCapacity", "default"),
+             what="the object at v1beta1")
+    running.waiting()
+    running.server.capacity_versions = frozenset({"v1"})
+    running.advance(SETTINGS.resync_period)
+    assert running.failures == 1 and running.objects() == []
+    running.advance(SETTINGS.min_interval)
+    wait_for(lambda: len(running.objects()) == 1, what="the object made at v1")
+    assert running.publisher.resource is not None and running.publisher.resource.version == "v1"
