@@ -12,7 +12,8 @@ What the objects are compared with is this node's objects as last listed (label-
 and as written since; every ``resync_period`` they are listed again, so an object someone
 deleted or edited is put right; a failed write lists them again at the next pass.
 
-The API version is the one the cluster serves (:func:`localpv.kube.discovery.served_resource`);
+The API version is the one the cluster serves (:func:`localpv.kube.discovery.served_resource`),
+asked again when a list at it is 404 (a cluster upgraded past it);
 a cluster that serves none gets nothing written: one log line, the gauge
 ``localpv_dynamic_capacity_served`` at 0, and discovery asked again at each resync (a cluster
 upgraded under the agent), silently.
