@@ -51,6 +51,7 @@ from localpv.kube.objects import Obj
 from localpv.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
 from localpv.kube.workqueue import ItemBackoff, WorkQueue
 from localpv.naming import HOSTNAME_LABEL_KEY, node_label_value
+from localpv.nodecleanup.lostnode import pv_node_names
 from localpv.nodecleanup.metrics import NodeCleanupMetrics
 from localpv.supervise import Supervisor
 
@@ -73,30 +74,6 @@ def parse_class_names(text: str) -> frozenset[str]:
     return frozenset(name.strip() for name in text.split(",") if name.strip())
 
 
-def pv_node_names(pv: Obj | None) -> frozenset[str]:
-    """The nodes a PV's required affinity can place it on, as far as hostnames say.
-
-    Per node-selector term, the values of all ``kubernetes.io/hostname In`` expressions are
-    intersected (a node must satisfy every expression of the term); terms are alternatives,
-    so their results are united. Expressions on other keys or operators name no node.
-    """
-    affinity = ((pv or {}).get("spec") or {}).get("nodeAffinity") or {}
-    terms = (affinity.get("required") or {}).get("nodeSelectorTerms") or []
-    names: set[str] = set()
-    for term in terms:
-        names |= _term_hostnames(term or {})
-    return frozenset(names)
-
-
-def _term_hostnames(term: Obj) -> set[str]:
-    value_sets = [
-        set(expr.get("values") or [])
-        for expr in term.get("matchExpressions") or []
-        if expr.get("key") == HOSTNAME_LABEL_KEY and expr.get("operator") == "In"
-    ]
-    return set.intersection(*value_sets) if value_sets else set()
-
-
 def is_opted_in_local_pv(pv: Obj, class_names: Iterable[str]) -> bool:
     """A ``spec.local`` PV whose StorageClass was opted in."""
     spec = pv.get("spec") or {}
@@ -110,11 +87,6 @@ def nodes_all_gone(pv: Obj, node_exists: NodeExists) -> bool:
     """
     names = pv_node_names(pv)
     return bool(names) and not any(node_exists(name) for name in sorted(names))
-
-
-
-
-
 
 
 def claim_cleanup_blocker(pv: Obj, class_names: Iterable[str], node_exists: NodeExists) -> str | None:

@@ -15,9 +15,9 @@ from localpv.nodecleanup.controller import (
     is_opted_in_local_pv,
     nodes_all_gone,
     parse_class_names,
-    pv_node_names,
     stale_pv_blocker,
 )
+from localpv.nodecleanup.lostnode import pv_node_names
 
 Obj = dict[str, Any]
 HOST = "kubernetes.io/hostname"
