@@ -442,7 +442,8 @@ def test_command_cleans_up_serves_metrics_and_stops_on_sigterm(env: Env, tmp_pat
             proc.communicate()
 
 
-@pytest.mark.parametrize("args", [["--pvc-deletion-delay", "soon"], ["--worker-threads", "0"]])
+@pytest.mark.parametrize("args", [["--pvc-deletion-delay", "soon"], ["--worker-threads", "0"],
+                                  ["--csi-driver-name", "Local_Driver"], ["--out-of-service-delay", "0s"]])
 def test_command_rejects_bad_flags(args: list[str]) -> None:
     result = CliRunner().invoke(cli, ["node-cleanup", *args])
     assert result.exit_code == 2 and "Invalid value" in result.output
