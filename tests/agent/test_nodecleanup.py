@@ -30,9 +30,9 @@ from localpv.nodecleanup.controller import (
     EVENT_COMPONENT,
     REFERENCED_NODE_DELETED,
     NodeCleanupController,
-    NodeCleanupLookups,
     NodeCleanupOptions,
 )
+from localpv.nodecleanup.lookups import NodeCleanupLookups
 from localpv.nodecleanup.metrics import NodeCleanupMetrics
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import claim, node, storage_class
