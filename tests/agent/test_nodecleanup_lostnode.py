@@ -13,12 +13,15 @@ from typing import Any
 import pytest
 
 from localpv.kube.api import KubeApi
+from localpv.kube.informer import Informer
 from localpv.kube.objects import Obj
+from localpv.kube.resources import NODES
 from localpv.nodecleanup.controller import (
     POD_DELETED_FOR_LOST_NODE,
     REFERENCED_NODE_DELETED,
     REFERENCED_NODE_OUT_OF_SERVICE,
 )
+from localpv.nodecleanup.lookups import NodeCleanupLookups
 from localpv.nodecleanup.lostnode import OUT_OF_SERVICE_TAINT, Action, NodeState, Step
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import node, storage_class
@@ -349,3 +352,25 @@ def test_released_volume_stays_while_pods_wait_on_its_claim(env: Cluster) -> Non
     assert env.pv("pv-a") is not None and env.get_pod("db-0") is not None
     env.apiserver.allow_all()
     env.drive(lambda: env.get_pod("db-0") is None and env.pv("pv-a") is None, "pod, then volume, deleted")
+
+
+def test_a_taint_in_the_cache_is_confirmed_by_the_server(env: Cluster) -> None:
+    """The cache may only propose a lost node: one the server shows untainted is live."""
+    nodes = Informer(env.api, NODES)
+    nodes.start()
+    try:
+        env.taint("n1", OUT_OF_SERVICE_TAINT)
+        view = NodeCleanupLookups(env.api, nodes, honour_taint=True)
+        wait_for(lambda: view.cached_state("n1") is NodeState.OUT_OF_SERVICE, what="the cache sees the taint")
+        nodes.stop()  # the cache is stale from here on
+        env.taint("n1")
+        assert view.cached_state("n1") is NodeState.OUT_OF_SERVICE
+        assert view.node_state("n1") is NodeState.LIVE
+        env.taint("n1", OUT_OF_SERVICE_TAINT)
+        assert view.node_state("n1") is NodeState.OUT_OF_SERVICE
+        assert view.node_state("n9") is NodeState.DELETED
+        assert NodeCleanupLookups(env.api, nodes).node_state("n1") is NodeState.LIVE  # taint not opted in
+        env.apiserver.faults.error_rate("get", 1.0, 500)
+        assert view.assume_state("n1") is NodeState.LIVE  # cannot tell: live
+    finally:
+        nodes.stop()
