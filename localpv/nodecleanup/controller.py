@@ -213,6 +213,8 @@ class NodeCleanupController:
         self.scans = 0
         self.stale_passes = 0
         self._scheduled: dict[str, float] = {}
+        #: What each scheduled claim's grace was counted for (a deleted or an out-of-service node).
+        self._causes: dict[str, NodeState] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._rescan = threading.Event()
@@ -316,6 +318,8 @@ class NodeCleanupController:
             return
         deleted = state is NodeState.DELETED
         delay = self.options.pvc_deletion_delay if deleted else self.options.out_of_service_delay
+        with self._lock:
+            self._causes[name] = state
         self._enqueue(name, delay)
         nodes, wait = sorted(pv_node_names(pv)), format_go_duration(delay)
         log.info("volume %s: nodes %s are %s; claim %s/%s will be deleted in %s unless one comes back", name, nodes,
@@ -351,8 +355,9 @@ class NodeCleanupController:
                         self._scheduled[name] = self.clock.monotonic() + delay
                 else:
                     self.queue.forget(name)
-                    with self._lock:
-                        self._scheduled.pop(name, None)
+                    with self._lock:  # unless it was just scheduled again, for later
+                        if self._scheduled.get(name, 0.0) <= self.clock.monotonic():
+                            self._scheduled.pop(name, None)
                 log.info("volume %s: %s", name, outcome)
                 self.history.append((name, outcome))
             finally:
@@ -373,6 +378,13 @@ class NodeCleanupController:
         if ref is not None and self.scope.delete_pods and (pvc is None or k8s.deleting(pvc)):
             pods = self.view.pods(str(ref.get("namespace") or ""))
         step = release_step(pv, pvc, pods, self.scope, self.view.node_state)
+        with self._lock:
+            cause = self._causes.pop(pv_name, None)
+        if step.action is Action.DELETE_CLAIM and cause is NodeState.DELETED and step.state is not cause \
+                and self.options.out_of_service_delay > self.options.pvc_deletion_delay:
+            # The Node came back, tainted: its grace is the longer one, counted from now.
+            self._schedule(pv, NodeState.OUT_OF_SERVICE)
+            return "claim kept: its node is back, out of service; scheduled again with that delay", False
         if step.action is Action.DELETE_CLAIM and pvc is not None:
             outcome = self._delete_claim(pvc)
             return outcome, self.scope.delete_pods and outcome.endswith(" deleted")

@@ -374,3 +374,19 @@ def test_a_taint_in_the_cache_is_confirmed_by_the_server(env: Cluster) -> None:
         assert view.assume_state("n1") is NodeState.LIVE  # cannot tell: live
     finally:
         nodes.stop()
+
+
+def test_node_deleted_then_back_out_of_service_gets_the_longer_delay(env: Cluster) -> None:
+    env.bound(local_pv("pv-a"), "data-db-0", "local", protected=False)
+    ctl = env.start(**OUT_OF_SERVICE)
+    env.delete_node("n1")
+    wait_for(lambda: "pv-a" in ctl.scheduled(), what="pv-a scheduled for the deleted node")
+    back = node("n1")
+    back["spec"] = {"taints": [{"key": OUT_OF_SERVICE_TAINT, "effect": "NoExecute"}]}
+    env.apiserver.create(back)
+    env.clock.advance(60.0)
+    wait_for(lambda: env.events(REFERENCED_NODE_OUT_OF_SERVICE) and outcomes(ctl, "pv-a"),
+             what="rescheduled as out of service")
+    assert outcomes(ctl, "pv-a") == ["claim kept: its node is back, out of service; scheduled again with that delay"]
+    assert ctl.scheduled() == {"pv-a": env.clock.monotonic() + 300.0} and env.pvc("data-db-0") is not None
+    env.drive(lambda: env.pvc("data-db-0") is None, "claim deleted after the longer delay", step=30.0)
