@@ -7,7 +7,12 @@ node-cleanup itself deletes, when, and what it never touches."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -390,3 +395,29 @@ def test_node_deleted_then_back_out_of_service_gets_the_longer_delay(env: Cluste
     assert outcomes(ctl, "pv-a") == ["claim kept: its node is back, out of service; scheduled again with that delay"]
     assert ctl.scheduled() == {"pv-a": env.clock.monotonic() + 300.0} and env.pvc("data-db-0") is not None
     env.drive(lambda: env.pvc("data-db-0") is None, "claim deleted after the longer delay", step=30.0)
+
+
+def test_command_takes_the_out_of_service_and_pod_flags(env: Cluster, tmp_path: Path) -> None:
+    sts = env.statefulset()
+    env.bound(dynamic_pv("pvc-d"), "data-db-0", "fast", protected=False)
+    env.pod("db-0", "data-db-0", node_name="n1", owner=sts, phase="Running")
+    kubeconfig = env.apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localpv", "node-cleanup", "--storageclass-names", "fast", "--csi-driver-name", DRIVER,
+         "--out-of-service-taint", "--out-of-service-delay", "300ms", "--pvc-deletion-delay", "1h",
+         "--delete-pods", "--listen-address", ""],
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)}, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for(lambda: env.apiserver.requests.count(verb="watch", resource="nodes"), what="controller watching")
+        env.taint("n1", OUT_OF_SERVICE_TAINT)
+        wait_for(lambda: env.pvc("data-db-0") is None and env.get_pod("db-0") is None, what="claim and pod deleted")
+        assert env.pv("pvc-d") is not None  # the node exists: its volume waits for its agent
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=10)
+        assert proc.returncode == 0, stderr
+        assert "PodDeletedForLostNode" in stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
