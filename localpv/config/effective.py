@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localpv.config import dynamic
-from localpv.config.model import ConfigError, ProvisionerConfig
+from localpv.config.dynamic import PoolConfig
+from localpv.config.model import ClassConfig, ConfigError, ProvisionerConfig
 from localpv.config.overrides import NodeOverride, choose
 from localpv.config.schema import _check_shared_dirs
 from localpv.config.values import _Problems
@@ -74,17 +75,19 @@ def for_node(config: ProvisionerConfig, node: str, labels: Mapping[str, str]) ->
     return NodeConfig(effective, applied, tuple(problems.warnings))
 
 
+def _entries(config: ProvisionerConfig) -> list[ClassConfig | PoolConfig]:
+    return [*config.classes.values(), *config.dynamic_pools.values()]
+
+
 def is_uniform(config: ProvisionerConfig) -> bool:
     """Whether every node gets the ConfigMap as written (no overrides, nothing off)."""
-    entries = [*config.classes.values(), *config.dynamic_pools.values()]
-    return all(e.enabled and not e.nodes for e in entries)
+    return all(e.enabled and not e.nodes for e in _entries(config))
 
 
 def check_named_nodes(config: ProvisionerConfig, problems: _Problems) -> None:
     """Resolve every node an override names (its labels unknown: the override by name wins
     whatever they are) and note the clashes, so that they are refused with the ConfigMap."""
-    names = sorted({o.node for e in [*config.classes.values(), *config.dynamic_pools.values()]
-                    for o in e.nodes if o.node is not None})
+    names = sorted({o.node for e in _entries(config) for o in e.nodes if o.node is not None})
     for node in names:
         try:
             for_node(config, node, {})
