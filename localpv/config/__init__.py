@@ -25,6 +25,7 @@ its ``nodes`` overrides are applied (:mod:`.overrides`, :mod:`.effective`). The 
 :mod:`localpv.naming`, shared with the command line. This package's face is below.
 """
 
+from localpv.config.effective import NodeConfig, for_node, is_uniform
 from localpv.config.model import (
     ACCESS_MODES,
     DEFAULT_BLOCK_CLEANER,
@@ -37,7 +38,6 @@ from localpv.config.model import (
     RuntimeEnv,
     replace,
 )
-from localpv.config.effective import NodeConfig, for_node, is_uniform
 from localpv.config.paths import SYSTEM_DIRS, SYSTEM_TREES, normalise_dir, system_directory_refusal
 from localpv.config.reference import config_to_data, reference_markdown
 from localpv.config.schema import CLASS_KEYS, TOP_LEVEL_KEYS, parse_config
@@ -47,8 +47,8 @@ from localpv.config.yamlload import safe_load_limited
 
 __all__ = [
     "ACCESS_MODES", "CLASS_KEYS", "DEFAULT_BLOCK_CLEANER", "DEFAULT_CONFIG_DIR", "MAX_CONFIG_BYTES", "SYSTEM_DIRS",
-    "SYSTEM_TREES", "TOP_LEVEL_KEYS", "VOLUME_MODES", "ClassConfig", "ConfigError", "KeySpec", "LoadedConfig", "NodeConfig",
-    "ProvisionerConfig", "RuntimeEnv", "config_to_data", "for_node", "format_go_duration", "is_uniform", "load_config", "normalise_dir",
-    "parse_config", "parse_go_duration", "read_config_data", "read_config_stream", "reference_markdown", "replace",
-    "safe_load_limited", "system_directory_refusal",
+    "SYSTEM_TREES", "TOP_LEVEL_KEYS", "VOLUME_MODES", "ClassConfig", "ConfigError", "KeySpec", "LoadedConfig",
+    "NodeConfig", "ProvisionerConfig", "RuntimeEnv", "config_to_data", "for_node", "format_go_duration", "is_uniform",
+    "load_config", "normalise_dir", "parse_config", "parse_go_duration", "read_config_data", "read_config_stream",
+    "reference_markdown", "replace", "safe_load_limited", "system_directory_refusal",
 ]

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from localpv.cli import cli
 from localpv.config import ConfigError, config_to_data, for_node, is_uniform, parse_config
 
 UPSTREAM = """
@@ -144,7 +147,8 @@ def pool_with(*nodes: Any, **base: Any) -> dict[str, Any]:
     ([{"hostDir": "/mnt/x"}], "dynamicPools.big.nodes[0]: expected either", "got neither"),
     ([{"name": "n1", "hostdir": "/mnt/x"}], "dynamicPools.big.nodes[0].hostdir: expected name or matchLabels",
      'did you mean "hostDir"'),
-    ([{"name": "n1", "fsType": "xfs"}], "dynamicPools.big.nodes[0].fsType: expected name or matchLabels", "got an unknown key"),
+    ([{"name": "n1", "fsType": "xfs"}], "dynamicPools.big.nodes[0].fsType: expected name or matchLabels",
+     "got an unknown key"),
     ([{"matchLabels": {"ssd": True}, "hostDir": "/mnt/x"}], "dynamicPools.big.nodes[0].matchLabels.ssd: expected a "
      "label value", 'quote it: "true"'),
     ([{"matchLabels": ["ssd"], "hostDir": "/mnt/x"}], "dynamicPools.big.nodes[0].matchLabels: expected a mapping",
@@ -210,3 +214,66 @@ def test_a_label_override_onto_a_static_class_directory_is_refused_for_the_nodes
     assert problem.startswith("dynamicPools.big.hostDir: expected a directory apart from every static class's, got "
                               "/mnt/disks/pool, inside storageClassMap.local.hostDir"), problem
     assert "(node n2, with dynamicPools.big.nodes[0] (matchLabels disk=shared))" in problem
+
+
+# ---------------------------------------------------------------- localpv config check --node
+
+def check(tmp_path: Path, *args: str, text: str = FLEET) -> Any:
+    (tmp_path / "config.yaml").write_text(text)
+    return CliRunner().invoke(cli, ["config", "check", str(tmp_path / "config.yaml"), *args])
+
+
+def test_config_check_shows_what_a_node_gets_without_a_cluster(tmp_path: Path) -> None:
+    result = check(tmp_path, "--node", "node-2", "--node-label", "disk=nvme", "--node-label", "fast=none")
+    assert result.exit_code == 0, result.output
+    data = yaml.safe_load(result.stdout)
+    assert data["storageClassMap"]["fast"]["hostDir"] == "/mnt/nvme"  # the first matching label override
+    assert data["dynamicPools"]["big"]["hostDir"] == "/data/node-2/big"
+    assert "gpu" not in data["dynamicPools"] and "nodes" not in data["dynamicPools"]["big"]
+    assert result.stderr.splitlines() == [
+        "note: node node-2: dynamicPools.big from dynamicPools.big.nodes[0] (name node-2)",
+        "note: node node-2: dynamicPools.gpu is off on this node, by its enabled: false",
+        "note: node node-2: storageClassMap.fast from storageClassMap.fast.nodes[0] (matchLabels disk=nvme)",
+    ]
+    # What it prints for a node with every pool on is a configuration that reads back as it is (with a pool off,
+    # its classes name a pool the printout lacks: on that node their claims are rescheduled).
+    result = check(tmp_path, "--node", "node-2", "--node-label", "gpu=true")
+    assert parse_config(yaml.safe_load(result.stdout)).config == for_node(parsed(FLEET), "node-2",
+                                                                          {"gpu": "true"}).config
+
+
+def test_config_check_without_node_prints_the_overrides(tmp_path: Path) -> None:
+    result = check(tmp_path)
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.stdout)["dynamicPools"]["gpu"]["nodes"] == [
+        {"matchLabels": {"gpu": "true"}, "enabled": True, "hostDir": "/mnt/gpu-scratch",
+         "mountDir": "/mnt/gpu-scratch"}]
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--node-label", "disk=nvme"], "error: --node-label: expected --node with it (the labels are a node's), found "
+                                    "none"),
+    (["--node", "n1", "--node-label", "disk"], "error: Invalid value for '--node-label': expected KEY=VALUE, found "
+                                               '"disk"'),
+    (["--node", "n1", "--node-label", "a=1", "--node-label", "a=2"], "error: Invalid value for '--node-label': "
+                                                                     "expected one value per key, found a=1 and a=2"),
+    (["--node", "Node_1"], "error: Invalid value for '--node': expected a Node name"),
+])
+def test_config_check_bad_node_flags_are_one_line_and_exit_2(tmp_path: Path, args: list[str], line: str) -> None:
+    result = check(tmp_path, *args)
+    assert result.exit_code == 2, result.output
+    [said] = result.stderr.splitlines()
+    assert said.startswith(line), said
+    assert result.stdout == ""
+
+
+def test_config_check_refuses_a_node_whose_overrides_clash(tmp_path: Path) -> None:
+    text = FLEET.replace("- matchLabels: {fast: none}\n        enabled: false",
+                         "- matchLabels: {fast: big}\n        hostDir: /mnt/big/fast")
+    assert check(tmp_path, "--node", "n1", text=text).exit_code == 0
+    result = check(tmp_path, "--node", "n1", "--node-label", "fast=big", text=text)
+    assert result.exit_code == 2, result.output
+    [said] = result.stderr.splitlines()
+    assert said.startswith("error: dynamicPools.big.hostDir: expected a directory apart from every static class's, "
+                           "got /mnt/big, containing storageClassMap.fast.hostDir (/mnt/big/fast)"), said
+    assert said.endswith("(node n1, with storageClassMap.fast.nodes[3] (matchLabels fast=big))"), said
