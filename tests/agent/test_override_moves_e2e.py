@@ -56,3 +56,33 @@ def test_a_class_moved_by_an_override_keeps_its_tenants_disk_safe(
     finally:
         agent_env.stop_agents()
         sh("mount", "--move", str(new_dir / "x"), str(old_dir / "x"))  # where the fixture unmounts it
+
+
+def test_a_label_that_selects_clashing_overrides_keeps_the_previous_configuration(
+        agent_env: AgentEnv, mounter: Mounter) -> None:
+    """Node labels are the cluster's to change; one that selects an override putting a pool inside
+    a class's discovery directory is refused as a bad ConfigMap is: said on the Node, nothing
+    changed. A label that selects a good override is taken up (no restart)."""
+    mounter.tmpfs(agent_env.fs_dir / "vol1")
+    config = agent_env.config(dynamicPools={"p": {"hostDir": "/mnt/pool", "requireMount": False, "nodes": [
+        {"matchLabels": {"pool": "inside"}, "hostDir": "/mnt/disks/p"},
+        {"matchLabels": {"pool": "elsewhere"}, "hostDir": "/mnt/elsewhere"}]}})
+    agent = agent_env.start_agent(config, discovery_period=0.2)
+    wait_for(lambda: agent_env.phase("/mnt/disks/vol1") == "Available", timeout=15, what="vol1 offered")
+
+    def relabel(value: str) -> None:
+        found = agent_env.apiserver.get("v1", "Node", NODE)
+        assert found is not None
+        found["metadata"]["labels"]["pool"] = value
+        agent_env.apiserver.update(found)
+
+    relabel("inside")
+    [rejected] = wait_for(lambda: events(agent_env, "ConfigRejected"), timeout=15, what="the refusal said")
+    assert rejected["involvedObject"]["kind"] == "Node"
+    assert "dynamicPools.p.hostDir: expected a directory apart from every static class's" in rejected["message"]
+    assert "(node node-1, with dynamicPools.p.nodes[0] (matchLabels pool=inside))" in rejected["message"]
+    assert agent.config.current.dynamic_pools["p"].host_dir == "/mnt/pool"
+    relabel("elsewhere")
+    wait_for(lambda: agent.config.current.dynamic_pools["p"].host_dir == "/mnt/elsewhere", timeout=15,
+             what="the good override taken up")
+    assert agent.config.last_error is None
