@@ -90,7 +90,7 @@ def _for_node_or_exit(config: ProvisionerConfig, node: str, labels: dict[str, st
     from localpv.config import ConfigError, for_node
 
     try:
-        mine = for_node(config, node, labels)
+        mine = for_node(config, node, labels, strict=True)
     except ConfigError as err:
         for problem in err.problems:
             click.echo(f"error: {one_line(problem)}", err=True)

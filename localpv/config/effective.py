@@ -53,9 +53,10 @@ def _apply(entry: Any, overrides: tuple[NodeOverride, ...], node: str, labels: M
     return resolved
 
 
-def for_node(config: ProvisionerConfig, node: str, labels: Mapping[str, str]) -> NodeConfig:
+def for_node(config: ProvisionerConfig, node: str, labels: Mapping[str, str], *, strict: bool = False) -> NodeConfig:
     """What ``node`` (with ``labels``) gets. Raises :class:`ConfigError` when the overrides
-    make this node's directories clash (one line per problem, naming the overrides)."""
+    make this node's directories clash (one line per problem, naming the overrides); with
+    ``strict`` (``config check``) two classes on one directory there are a clash too."""
     applied: dict[str, str] = {}
     classes = {}
     for name, cls in config.classes.items():
@@ -67,7 +68,7 @@ def for_node(config: ProvisionerConfig, node: str, labels: Mapping[str, str]) ->
             pools[name] = resolved
     effective = dataclasses.replace(config, classes=classes, dynamic_pools=pools)
     problems = _Problems()
-    _check_shared_dirs(classes, problems, strict=False)
+    _check_shared_dirs(classes, problems, strict=strict)
     dynamic.check({"classes": classes, "dynamic_pools": pools}, problems, references=False)
     if problems.errors:
         via = f" (node {node}, with " + (", ".join(applied.values()) or "no override") + ")"
@@ -84,12 +85,12 @@ def is_uniform(config: ProvisionerConfig) -> bool:
     return all(e.enabled and not e.nodes for e in _entries(config))
 
 
-def check_named_nodes(config: ProvisionerConfig, problems: _Problems) -> None:
+def check_named_nodes(config: ProvisionerConfig, problems: _Problems, *, strict: bool = False) -> None:
     """Resolve every node an override names (its labels unknown: the override by name wins
     whatever they are) and note the clashes, so that they are refused with the ConfigMap."""
     names = sorted({o.node for e in _entries(config) for o in e.nodes if o.node is not None})
     for node in names:
         try:
-            for_node(config, node, {})
+            for_node(config, node, {}, strict=strict)
         except ConfigError as err:
             problems.errors.extend(err.problems)

@@ -282,7 +282,7 @@ def parse_config(data: Mapping[str, Any], *, strict: bool = False) -> LoadedConf
     if not problems.errors:
         from localpv.config.effective import check_named_nodes  # it reads this module's rules
 
-        check_named_nodes(ProvisionerConfig(**values), problems)
+        check_named_nodes(ProvisionerConfig(**values), problems, strict=strict)
     if problems.errors:
         raise ConfigError(problems.errors, tuple(problems.warnings))
     return LoadedConfig(ProvisionerConfig(**values), tuple(problems.warnings))

@@ -277,3 +277,27 @@ def test_config_check_refuses_a_node_whose_overrides_clash(tmp_path: Path) -> No
     assert said.startswith("error: dynamicPools.big.hostDir: expected a directory apart from every static class's, "
                            "got /mnt/big, containing storageClassMap.fast.hostDir (/mnt/big/fast)"), said
     assert said.endswith("(node n1, with storageClassMap.fast.nodes[3] (matchLabels fast=big))"), said
+
+
+def test_two_classes_on_one_directory_of_a_node_are_an_error_for_config_check_and_a_warning_for_the_agent(
+        tmp_path: Path) -> None:
+    text = """
+storageClassMap:
+  a: {hostDir: /mnt/a, mountDir: /mnt/a}
+  b:
+    hostDir: /mnt/b
+    mountDir: /mnt/b
+    nodes:
+      - {name: n1, hostDir: /mnt/a}
+      - {matchLabels: {disk: a}, hostDir: /mnt/a}
+"""
+    loaded = parse_config(yaml.safe_load(text))  # the agent reads non-strictly: warned, as upstream runs it
+    assert any("same directory as class a" in w for w in for_node(loaded.config, "n1", {}).warnings)
+    named = check(tmp_path, text=text)
+    assert named.exit_code == 2 and named.stderr.startswith("error: storageClassMap.b.hostDir: expected a "
+                                                            "directory no other class uses"), named.output
+    assert "(node n1, with storageClassMap.b.nodes[0] (name n1))" in named.stderr
+    by_label = check(tmp_path, "--node", "n2", "--node-label", "disk=a",
+                     text=text.replace("- {name: n1, hostDir: /mnt/a}\n", ""))
+    assert by_label.exit_code == 2 and "(node n2, with storageClassMap.b.nodes[0] (matchLabels disk=a))" in \
+        by_label.stderr, by_label.output
