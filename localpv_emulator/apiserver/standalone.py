@@ -22,9 +22,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history-limit", type=int, default=10000, help="watch events kept for resumes")
     parser.add_argument("--bookmark-interval", type=float, default=60.0, help="seconds between watch bookmarks")
     parser.add_argument("--kube-version", default=KUBE_VERSION, help="version reported by /version")
+    parser.add_argument("--honor-pv-reclaim-policy", choices=("true", "false"), default="true",
+                        help="the PV controller's feature gate HonorPVReclaimPolicy (on by default from 1.31)")
     args = parser.parse_args(argv)
     server = ApiServer(binder=args.binder, job_completer=args.job_completer, history_limit=args.history_limit,
-                       bookmark_interval=args.bookmark_interval, kube_version=args.kube_version, port=args.port)
+                       bookmark_interval=args.bookmark_interval, kube_version=args.kube_version, port=args.port,
+                       honor_pv_reclaim_policy=args.honor_pv_reclaim_policy == "true")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
