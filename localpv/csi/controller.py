@@ -15,7 +15,9 @@ PV ever named is removed; one whose claim still waits is finished; one whose PV 
 unseen is kept as ``orphaned`` (never removed, never given to another claim).
 
 Released PVs with policy Delete lose their image only once no loop device is bound to it
-(unpublished and unstaged); then the PV object goes. Retain keeps both.
+(unpublished and unstaged); then the PV object goes. Retain keeps both. Such PVs carry
+external-provisioner's finalizer, so one deleted before its claim waits for the release
+instead of leaving its image behind (:mod:`localpv.csi.deletion`).
 
 Work goes through keyed queues with per-item backoff (:mod:`localpv.kube.workqueue`);
 expansion is in :mod:`localpv.csi.expansion`.
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 
 from localpv.clock import Clock, SystemClock
 from localpv.config import ProvisionerConfig
+from localpv.csi import deletion
 from localpv.csi import provisioner as rules
 from localpv.csi.deletion import Deleter
 from localpv.csi.expansion import Expander
@@ -435,7 +438,9 @@ class DynamicController:
             pv: Obj | None = self.api.get(PERSISTENT_VOLUMES, name)
         except NotFound:
             pv = None
-        mine = pv is not None and rules.is_ours(pv, self.driver) and not pv["metadata"].get("deletionTimestamp")
+        # A PV being deleted is still this image's while the finalizer holds it for the release.
+        mine = pv is not None and rules.is_ours(pv, self.driver) and (
+            not pv["metadata"].get("deletionTimestamp") or deletion.protected(pv))
         spec = (pv or {}).get("spec") or {}
         attributes = (spec.get("csi") or {}).get("volumeAttributes") or {}
         ref = spec.get("claimRef") or {}
