@@ -20,9 +20,9 @@ whose policy becomes ``Retain`` loses it (its image is kept, as Retain says).
 **Crash-safe.** The steps are ordered so that a restart at any point finishes the deletion:
 the image journal's ``deleting`` state is written before the image goes; then the image (crash
 point ``csi-image:removed``), the delete of the PV object (which only marks it while the
-finalizer holds it), the finalizer's removal (read, change, write under the read
-``resourceVersion``: a concurrent writer's change is re-read, never overwritten), and last the
-record. A PV found Released and Terminating with the finalizer is simply taken through the
+finalizer holds it), the finalizer's removal (a merge patch whose uid and ``resourceVersion``
+are preconditions: a concurrent writer's change is read again, never overwritten), and last
+the record. A PV found Released and Terminating with the finalizer is simply taken through the
 remaining steps again; one that is gone with its record ``deleting`` has the rest done by the
 controller's recovery. A PV that lost the finalizer some other way (removed by hand, or
 deleted before this release added it) is not deleted through: its image is kept as
@@ -34,6 +34,7 @@ The rule is :func:`plan` (plain data in, a :class:`Step` out); :class:`Deleter` 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -117,24 +118,44 @@ class Deleter:
 
     def _protect(self, name: str, step: Step) -> bool:
         """Add or remove the finalizer, decided again on the object as read."""
-        def change(current: Obj) -> Obj | None:
+        def wanted(current: Obj) -> list[str] | None:
             if not rules.is_ours(current, self.c.driver) or plan(current) is not step:
                 return None
-            meta = current["metadata"]
-            kept = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-            meta["finalizers"] = [*kept, FINALIZER] if step is Step.PROTECT else kept
-            return current
+            kept = [f for f in current["metadata"].get("finalizers") or [] if f != FINALIZER]
+            return [*kept, FINALIZER] if step is Step.PROTECT else kept
 
         try:
-            self.c.api.update(PERSISTENT_VOLUMES, name, change)
+            changed = self._patch_finalizers(name, wanted)
         except NotFound:
             return False
         except ApiError as err:
             log.warning("volume %s: cannot %s its finalizer %s now: %s", name,
                         "add" if step is Step.PROTECT else "remove", FINALIZER, err)
             return True
-        log.info("volume %s: finalizer %s %s", name, FINALIZER, "added" if step is Step.PROTECT else "removed")
+        if changed:
+            log.info("volume %s: finalizer %s %s", name, FINALIZER, "added" if step is Step.PROTECT else "removed")
         return False
+
+    def _patch_finalizers(self, name: str, wanted: Callable[[Obj], list[str] | None], attempts: int = 5) -> bool:
+        """Read the PV, decide its finalizers, and write them with a merge patch whose uid and
+        resourceVersion are preconditions: a PV changed in between (409) is read and decided on
+        again, never overwritten. A patch, not a read-and-replace (:meth:`KubeApi.update`): the
+        agent's ClusterRole lets it patch PVs, not update them. False when nothing was to change."""
+        api = self.c.api
+        for attempt in range(1, attempts + 1):
+            current = api.get(PERSISTENT_VOLUMES, name)
+            finalizers = wanted(current)
+            if finalizers is None:
+                return False
+            meta = current["metadata"]
+            guard = {k: str(meta[k]) for k in ("uid", "resourceVersion") if meta.get(k)}
+            try:
+                api.patch(PERSISTENT_VOLUMES, name, {"metadata": {**guard, "finalizers": finalizers}})
+                return True
+            except Conflict:
+                if attempt == attempts:
+                    raise
+        return False  # not reached: the last attempt returns or raises
 
     def delete(self, pv: Obj) -> bool:
         """The image, the PV object, the finalizer, the record - each step done at most once
@@ -167,15 +188,14 @@ class Deleter:
     def _release(self, name: str, uid: str, pv: Obj) -> bool:
         """Remove the finalizer of the object with this uid (its image is gone); False (with an
         event) when it could not be done now."""
-        def change(current: Obj) -> Obj | None:
+        def wanted(current: Obj) -> list[str] | None:
             meta = current["metadata"]
             if (uid and meta.get("uid") != uid) or not protected(current):
                 return None
-            meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-            return current
+            return [f for f in meta.get("finalizers") or [] if f != FINALIZER]
 
         try:
-            self.c.api.update(PERSISTENT_VOLUMES, name, change)
+            self._patch_finalizers(name, wanted)
         except NotFound:
             pass
         except ApiError as err:

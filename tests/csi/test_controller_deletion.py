@@ -5,7 +5,11 @@ first, the image goes and then the PV - never an image left behind as orphaned."
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +18,7 @@ from localpv.csi import loop
 from localpv.csi.journal import ImageState
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import claim, storage_class
-from tests.conftest import wait_for
+from tests.conftest import require_tools, wait_for
 from tests.csi.test_controller import CLASS, DRIVER, NODE_NAME, Env, env  # noqa: F401 - env is a fixture
 
 pytestmark = pytest.mark.root
@@ -26,6 +30,7 @@ Obj = dict[str, Any]
 def apiserver(request: pytest.FixtureRequest) -> Iterator[ApiServer]:
     """The emulator as a cluster with HonorPVReclaimPolicy on (1.31+) and off (before)."""
     srv = ApiServer(binder=True, honor_pv_reclaim_policy=request.param)
+    srv.deny("update", "persistentvolumes")  # as the chart's ClusterRole: the agent may patch PVs, not update them
     srv.start()
     try:
         yield srv
@@ -77,7 +82,7 @@ def test_the_claim_deleted_first_removes_image_then_pv_then_finalizer(env: Env) 
     writes = [(r.verb, r.status) for r in env.server.requests
               if r.resource == "persistentvolumes" and r.name == volume and r.verb in ("delete", "update", "patch")]
     # The delete only marks the object (the finalizer holds it); removing the finalizer lets it go.
-    assert writes == [("delete", 200), ("update", 200)], writes
+    assert writes == [("delete", 200), ("patch", 200)], writes
 
 
 def test_a_pv_deleted_before_its_bound_claim_waits_for_the_release_then_goes_with_its_image(
@@ -105,7 +110,6 @@ def test_a_restart_after_the_image_went_but_not_the_finalizer_finishes(env: Env)
     the finalizer could not be removed (forbidden here); the next agent finishes."""
     env.start()
     volume = provisioned(env)
-    env.server.deny("update", "persistentvolumes")
     env.server.deny("patch", "persistentvolumes")
     env.server.delete("v1", "PersistentVolumeClaim", "data", "default")
     wait_for(lambda: any(r == "VolumeFailedDelete" and FINALIZER in m for r, m in env.reasons(volume)),
@@ -117,6 +121,7 @@ def test_a_restart_after_the_image_went_but_not_the_finalizer_finishes(env: Env)
     record = env.journal().get(volume)
     assert record is not None and record.state is ImageState.DELETING
     env.server.allow_all()
+    env.server.deny("update", "persistentvolumes")
     env.start()
     wait_for(lambda: all_gone(env, volume), timeout=30, what="the restarted agent to finish the deletion")
 
@@ -124,9 +129,9 @@ def test_a_restart_after_the_image_went_but_not_the_finalizer_finishes(env: Env)
 def test_a_conflicting_finalizer_removal_is_retried(env: Env) -> None:  # noqa: F811
     env.start()
     volume = provisioned(env)
-    env.server.faults.conflict_storm(1.0)  # every update of anything: 409
+    env.server.faults.conflict_storm(1.0)  # every update and patch of anything: 409
     env.server.delete("v1", "PersistentVolumeClaim", "data", "default")
-    wait_for(lambda: env.server.requests.count(verb="update", resource="persistentvolumes", status=409) >= 5,
+    wait_for(lambda: env.server.requests.count(verb="patch", resource="persistentvolumes", status=409) >= 5,
              timeout=30, what="the finalizer's removal to meet conflicts")
     pv = pv_of(env, volume)
     assert pv is not None and finalizers(pv) == [FINALIZER], "not forced: read again and retried"
@@ -142,8 +147,11 @@ def test_a_pv_of_the_previous_release_gets_the_finalizer_at_start(env: Env) -> N
     assert pv is not None
     pv["metadata"]["finalizers"] = []  # as the previous release made it
     env.server.update(pv)
+    transition = pv["status"]["lastPhaseTransitionTime"]
     env.start()
-    wait_for(lambda: finalizers(pv_of(env, volume)) == [FINALIZER], what="the finalizer added to a Bound PV")
+    protected = wait_for(lambda: (found := pv_of(env, volume)) and finalizers(found) == [FINALIZER] and found,
+                         what="the finalizer added to a Bound PV")
+    assert protected["status"] == {"phase": "Bound", "lastPhaseTransitionTime": transition}, "its status is kept"
     env.server.delete("v1", "PersistentVolume", volume)  # then deleted before its claim: protected
     env.server.delete("v1", "PersistentVolumeClaim", "data", "default")
     wait_for(lambda: all_gone(env, volume), timeout=30, what="the image, the PV and the record to go")
@@ -178,3 +186,23 @@ def test_a_released_pv_being_deleted_keeps_its_image_while_staged(env: Env) -> N
                              for r, m in env.reasons(volume)), what="the refusal while staged")
         assert images.exists(volume) and finalizers(pv_of(env, volume)) == [FINALIZER]
     wait_for(lambda: all_gone(env, volume), timeout=30, what="the image, the PV and the record to go")
+
+
+def test_the_documented_rollback_command_removes_only_localpvs_finalizer(env: Env, tmp_path: Path) -> None:  # noqa: F811
+    """docs/operations.md's command, run as written with the real kubectl: before a rollback to an
+    agent that never removes the finalizer, it leaves every other finalizer where it is."""
+    require_tools("kubectl")
+    env.start()
+    volume = provisioned(env)
+    env.stop()
+    pv = pv_of(env, volume)
+    assert pv is not None and finalizers(pv) == [FINALIZER]
+    pv["metadata"]["finalizers"] = ["kubernetes.io/pv-protection", FINALIZER]
+    env.server.update(pv)
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    command = re.search(r"just before rolling back.*?```sh\n(.+?)\n```", doc, re.S)
+    assert command is not None, "the command is no longer in docs/operations.md"
+    kubeconfig = env.server.write_kubeconfig(tmp_path / "kubeconfig")
+    subprocess.run(["bash", "-o", "pipefail", "-c", command.group(1)], check=True, timeout=60,
+                   env={**os.environ, "KUBECONFIG": str(kubeconfig)}, capture_output=True)
+    assert finalizers(pv_of(env, volume)) == ["kubernetes.io/pv-protection"]
