@@ -13,10 +13,11 @@ anything is written to the pool, and the record follows it until the image is go
               here on it may hold a tenant's data: it is removed only on a release with
               reclaim policy Delete, and only once no loop device is bound to it.
 ``deleting``  its PV was released with Delete: the image is removed as soon as it is not
-              staged, then the PV object, then the record.
-``orphaned``  its PV vanished without a release the agent saw (deleted by hand): the image
-              is kept, never offered to anyone, and said so (metrics, ``localpv status``);
-              an operator removes it.
+              staged, then the PV object, its finalizer (:mod:`localpv.csi.deletion`), then
+              the record.
+``orphaned``  its PV vanished without a release the agent saw (deleted by hand, its
+              finalizer removed by hand or never added): the image is kept, never offered to
+              anyone, and said so (metrics, ``localpv status``); an operator removes it.
 
 Images are keyed by volume (PV) name, ``pvc-<claim uid>``: a claim only ever gets the image
 made for its own uid. The file is written atomically (temp file, fsync, rename, fsync of
