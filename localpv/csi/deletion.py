@@ -34,7 +34,6 @@ The rule is :func:`plan` (plain data in, a :class:`Step` out); :class:`Deleter` 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -47,6 +46,7 @@ from localpv.csi.provisioner import PV_FINALIZER as FINALIZER
 from localpv.csi.volume import POOL
 from localpv.kube.errors import ApiError, Conflict, NotFound
 from localpv.kube.events import WARNING
+from localpv.kube.finalizers import patch_finalizers
 from localpv.kube.objects import Obj
 from localpv.kube.resources import PERSISTENT_VOLUMES
 
@@ -125,7 +125,7 @@ class Deleter:
             return [*kept, FINALIZER] if step is Step.PROTECT else kept
 
         try:
-            changed = self._patch_finalizers(name, wanted)
+            changed = patch_finalizers(self.c.api, PERSISTENT_VOLUMES, name, wanted)
         except NotFound:
             return False
         except ApiError as err:
@@ -135,27 +135,6 @@ class Deleter:
         if changed:
             log.info("volume %s: finalizer %s %s", name, FINALIZER, "added" if step is Step.PROTECT else "removed")
         return False
-
-    def _patch_finalizers(self, name: str, wanted: Callable[[Obj], list[str] | None], attempts: int = 5) -> bool:
-        """Read the PV, decide its finalizers, and write them with a merge patch whose uid and
-        resourceVersion are preconditions: a PV changed in between (409) is read and decided on
-        again, never overwritten. A patch, not a read-and-replace (:meth:`KubeApi.update`): the
-        agent's ClusterRole lets it patch PVs, not update them. False when nothing was to change."""
-        api = self.c.api
-        for attempt in range(1, attempts + 1):
-            current = api.get(PERSISTENT_VOLUMES, name)
-            finalizers = wanted(current)
-            if finalizers is None:
-                return False
-            meta = current["metadata"]
-            guard = {k: str(meta[k]) for k in ("uid", "resourceVersion") if meta.get(k)}
-            try:
-                api.patch(PERSISTENT_VOLUMES, name, {"metadata": {**guard, "finalizers": finalizers}})
-                return True
-            except Conflict:
-                if attempt == attempts:
-                    raise
-        return False  # not reached: the last attempt returns or raises
 
     def delete(self, pv: Obj) -> bool:
         """The image, the PV object, the finalizer, the record - each step done at most once
@@ -195,7 +174,7 @@ class Deleter:
             return [f for f in meta.get("finalizers") or [] if f != FINALIZER]
 
         try:
-            self._patch_finalizers(name, wanted)
+            patch_finalizers(self.c.api, PERSISTENT_VOLUMES, name, wanted)
         except NotFound:
             pass
         except ApiError as err:
