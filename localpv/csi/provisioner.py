@@ -23,6 +23,7 @@ from localpv.config.dynamic import DynamicClass
 from localpv.csi.images import MIN_BLOCK_SIZE, MIN_SIZE, FsType, Provisioning
 from localpv.csi.journal import BLOCK, FILESYSTEM
 from localpv.csi.volume import FS_UUID, IMAGE_UUID, NODE, POOL, PROVISIONING
+from localpv.kube.finalizers import EXTERNAL_PROVISIONER_FINALIZER
 from localpv.kube.objects import Obj
 from localpv.naming import (
     HOSTNAME_LABEL_KEY,
@@ -37,7 +38,7 @@ ANN_STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
 ANN_STORAGE_PROVISIONER_BETA = "volume.beta.kubernetes.io/storage-provisioner"
 #: external-provisioner's PV deletion protection finalizer (KEP-2644): on every PV with reclaim
 #: policy Delete until its volume is deleted (see :mod:`localpv.csi.deletion`).
-PV_FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
+PV_FINALIZER = EXTERNAL_PROVISIONER_FINALIZER
 #: The StorageClass parameter the kubelet's CSI code and external-provisioner read the fsType from.
 FSTYPE_PARAMETER = "csi.storage.k8s.io/fstype"
 #: StorageClass parameters and the dynamicClassMap field each must agree with.

@@ -17,6 +17,11 @@ from localpv.kube.errors import Conflict
 from localpv.kube.objects import Obj
 from localpv.kube.resources import Resource
 
+#: external-provisioner's deletion protection of the PVs it provisions with reclaim policy
+#: Delete (KEP-2644, HonorPVReclaimPolicy): it goes once the volume is deleted. localpv's
+#: dynamic PVs carry the same name, so tools and runbooks that know it read a stuck PV right.
+EXTERNAL_PROVISIONER_FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
+
 
 def patch_finalizers(api: KubeApi, resource: Resource, name: str, wanted: Callable[[Obj], list[str] | None],
                      *, namespace: str | None = None, attempts: int = 5) -> bool:
