@@ -561,8 +561,7 @@ class DynamicController:
             self.journal.put(record.moved(ImageState.ORPHANED, self.clock.now()))
             return
         waiting = claim is not None and not (claim.get("spec") or {}).get("volumeName") \
-            and not claim["metadata"].get("deletionTimestamp") and record.state is not ImageState.DELETING \
-            and annotations_of(claim).get(ANN_SELECTED_NODE) == self.settings.node_name
+            and not claim["metadata"].get("deletionTimestamp") and record.state is not ImageState.DELETING
         if waiting:
             assert claim is not None
             if requeue:
