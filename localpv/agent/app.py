@@ -58,7 +58,8 @@ class AgentService:
                                              config=lambda: self.agent.config.current,
                                              state_dir=options.state_dir or "", kubelet_dir=self.process.kubelet_dir,
                                              registry=self.metrics.registry,
-                                             volume_health_period=options.volume_health_period)
+                                             volume_health_period=options.volume_health_period,
+                                             namespace=options.namespace)
             except DynamicStartError as err:
                 raise AgentError(str(err)) from err
             self.agent.condition_sources.append(self.dynamic.conditions)

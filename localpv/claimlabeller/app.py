@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from localpv.claimlabeller.controller import ClaimLabeller, LabellerSettings
 from localpv.claimlabeller.metrics import LabellerMetrics
 from localpv.clock import Clock, SystemClock
+from localpv.csi.claimlabels import labeller_lease_name
 from localpv.daemon import serve
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import NO_RETRY
@@ -23,14 +24,8 @@ from localpv.kube.events import EventRecorder
 from localpv.kube.leader import LeaderElector, LeaseConfig, default_identity
 from localpv.kube.ratelimit import RateLimiter
 from localpv.kube.transport import Transport
-from localpv.naming import lock_name
 
 log = logging.getLogger(__name__)
-
-
-def lease_name(driver: str) -> str:
-    """The Lease the replicas campaign for: one per driver (two releases with two drivers coexist)."""
-    return f"{lock_name(driver)}-claim-labeller"
 
 
 @dataclass(frozen=True)
@@ -44,8 +39,8 @@ class LabellerOptions:
     retry_period: float = 2.0
 
     def lease(self) -> LeaseConfig:
-        return LeaseConfig(self.namespace, lease_name(self.settings.driver), self.identity, self.lease_duration,
-                           self.renew_deadline, self.retry_period)
+        return LeaseConfig(self.namespace, labeller_lease_name(self.settings.driver), self.identity,
+                           self.lease_duration, self.renew_deadline, self.retry_period)
 
 
 class LabellerReplica:

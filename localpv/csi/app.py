@@ -17,10 +17,12 @@ from prometheus_client import CollectorRegistry
 
 from localpv.config import ProvisionerConfig
 from localpv.csi import provisioner as rules
+from localpv.csi.claimlabels import labeller_lease_name
 from localpv.csi.controller import DynamicController, DynamicSettings
 from localpv.csi.health import PoolRisk
 from localpv.csi.identity import IdentityService
 from localpv.csi.journal import ImageJournal, ImageJournalError
+from localpv.csi.labellerlease import LabellerLease
 from localpv.csi.metrics import DynamicMetrics, PoolFigures
 from localpv.csi.node import SERVER_THREADS, NodeService
 from localpv.csi.pools import Pool, PoolState
@@ -43,7 +45,8 @@ class DynamicVolumes:
 
     def __init__(self, api: KubeApi, *, node_name: str, config: Callable[[], ProvisionerConfig], state_dir: str,
                  kubelet_dir: str, registry: CollectorRegistry | None = None,
-                 volume_health_period: float = 60.0) -> None:
+                 volume_health_period: float = 60.0, namespace: str = "default",
+                 labeller_period: float = 300.0) -> None:
         self.config = config
         self._pools: dict[object, Pool] = {}
         self.journal = ImageJournal(os.path.join(state_dir, JOURNAL_FILE))
@@ -63,6 +66,9 @@ class DynamicVolumes:
         self.watch = HealthWatch(node=lambda: node, pvs=self._volumes, pools=self.pools, staged=self.node.staged,
                                  risks=self.pool_risks, recorder=self.recorder, period=volume_health_period)
         self.node.on_change = self.watch.poke
+        self.labeller = LabellerLease(api, namespace=namespace, name=labeller_lease_name(driver), node=lambda: node,
+                                      recorder=self.recorder, period=labeller_period,
+                                      on_verdict=lambda up: self.metrics.labeller_up.set(1 if up else 0))
         self.identity = IdentityService(driver, ready=self.controller.synced.is_set)
         self.registration = RegistrationService(driver, self.paths.csi)
         observe = self.metrics.observe_call
@@ -159,6 +165,7 @@ class DynamicVolumes:
         self.recorder.start()
         self.controller.start()
         self.controller.supervisor.spawn("csi-health", self.watch.run)
+        self.controller.supervisor.spawn("csi-labeller-lease", self.labeller.run)
         self.csi_server.start()
         # Registration last: the kubelet calls NodeGetInfo on the CSI socket as soon as it sees it.
         self.registration_server.start()
@@ -167,6 +174,7 @@ class DynamicVolumes:
 
     def stop(self) -> None:
         self.watch.stop()
+        self.labeller.stop()
         self.registration_server.stop()
         self.csi_server.stop()
         self.controller.stop()
@@ -185,11 +193,13 @@ class DynamicStartError(Exception):
 
 
 def start_dynamic(api: KubeApi, *, node_name: str, config: Callable[[], ProvisionerConfig], state_dir: str,
-                  kubelet_dir: str, registry: CollectorRegistry, volume_health_period: float = 60.0) -> DynamicVolumes:
+                  kubelet_dir: str, registry: CollectorRegistry, volume_health_period: float = 60.0,
+                  namespace: str = "default") -> DynamicVolumes:
     """The agent's hook: build and start everything dynamic volumes need on this node."""
     try:
         dynamic = DynamicVolumes(api, node_name=node_name, config=config, state_dir=state_dir,
-                                 kubelet_dir=kubelet_dir, registry=registry, volume_health_period=volume_health_period)
+                                 kubelet_dir=kubelet_dir, registry=registry, volume_health_period=volume_health_period,
+                                 namespace=namespace)
         dynamic.start()
     except (ImageJournalError, SocketInUse) as err:
         raise DynamicStartError(str(err)) from err

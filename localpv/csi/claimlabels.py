@@ -19,7 +19,7 @@ controller (:mod:`localpv.csi.controller`) both decide by them.
 from __future__ import annotations
 
 from localpv.kube.objects import Obj, annotations_of, labels_of, resource_version
-from localpv.naming import NODE_LABEL_KEY, node_label_value
+from localpv.naming import NODE_LABEL_KEY, lock_name, node_label_value
 
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
@@ -70,3 +70,9 @@ def label_patch(claim: Obj) -> Obj | None:
     if labels_of(claim).get(CLAIM_NODE_LABEL) == wanted:
         return None
     return {"metadata": {"resourceVersion": resource_version(claim), "labels": {CLAIM_NODE_LABEL: wanted}}}
+
+
+def labeller_lease_name(driver: str) -> str:
+    """The claim labeller's leader Lease: one per driver (two releases with two drivers coexist).
+    The agents read it to tell whether a labeller runs (:mod:`localpv.csi.labellerlease`)."""
+    return f"{lock_name(driver)}-claim-labeller"
