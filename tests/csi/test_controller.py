@@ -49,8 +49,8 @@ class Env:
     #: The real claim labeller, started with the first controller and kept across its restarts.
     labeller: ExitStack | None = None
 
-    def start(self) -> DynamicController:
-        if self.labeller is None:
+    def start(self, *, labeller: bool = True) -> DynamicController:
+        if self.labeller is None and labeller:
             self.labeller = ExitStack()
             self.labeller.enter_context(running_labeller(self.kube, DRIVER))
         self.recorder = EventRecorder(self.kube, component=f"{DRIVER}_{NODE_NAME}")
