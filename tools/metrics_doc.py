@@ -108,6 +108,11 @@ UPSTREAM: dict[str, str] = {
     "localpv_dynamic_pool_images": "none",
     "localpv_dynamic_pool_unwritten_bytes": "none",
     "localpv_dynamic_pool_at_risk_bytes": "none",
+    "localpv_claim_labeller_up": "none (external-provisioner watches every claim on every node)",
+    # the claim labeller
+    "localpv_claim_labels_written_total": "none",
+    "localpv_claim_labels_pending": "none",
+    "localpv_claim_labels_oldest_pending_seconds": "none",
 }
 
 
@@ -154,12 +159,19 @@ def node_cleanup_registry() -> CollectorRegistry:
     return NodeCleanupMetrics().registry
 
 
+def claim_labeller_registry() -> CollectorRegistry:
+    from localpv.claimlabeller.metrics import LabellerMetrics
+
+    return LabellerMetrics().registry
+
+
 #: (heading, command, registry factory) of every process that serves /metrics.
 PROCESSES: tuple[tuple[str, str, Callable[[], CollectorRegistry]], ...] = (
     ("Node agent", "localpv agent", agent_registry),
     ("Node agent: dynamic volumes", "localpv agent (with a dynamicClassMap)", dynamic_registry),
     ("NFS provisioner", "localpv nfs", nfs_registry),
     ("Node cleanup", "localpv node-cleanup", node_cleanup_registry),
+    ("Claim labeller", "localpv claim-labeller", claim_labeller_registry),
 )
 
 

@@ -1,0 +1,123 @@
+"""An agent's cost of other nodes' claims (issue 25.2), as root:
+
+    python -m benchmarks.claims --other-claims 10000 [--agent-tree OTHER_CHECKOUT]
+
+A real ``localpv agent`` process with a dynamic class (its CSI node plugin and provisioning
+controller running; the pool's directory exists, no disk is mounted on it: no claim of this
+node is provisioned, none is asked for), against the API emulator holding the Node and the
+class. Twice: with no other claims, and with N claims of 500 other nodes already scheduled and
+labelled (as the claim labeller leaves them). Each time:
+
+* RSS once the agent's claim watch is open and it has idled 3 s;
+* bytes the agent read (``rchar`` of /proc/PID/io: sockets and files) while N more claims of
+  other nodes are created, scheduled and labelled (a create, then the labeller's patch, as in a
+  cluster), less what it read in an idle window as long - its watch traffic for other nodes'
+  claims.
+
+``--agent-tree`` runs the agent of another checkout (an export of main, for the "before"
+figures: it watches every claim). Prints what it measured; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from benchmarks.agent import machine
+from benchmarks.programs import Program, Running
+from localpv_emulator.apiserver import ApiServer
+from localpv_emulator.objects import claim, node, storage_class
+
+NODE = "bench-node"
+DRIVER = "local.csi.localpv.dev"
+KEY = "localpv.dev/node"
+SELECTED = "volume.kubernetes.io/selected-node"
+
+
+def other_claim(i: int, *, labelled: bool) -> dict[str, object]:
+    made = claim(f"other-{i}", "dyn", size="10Gi", namespace=f"ns-{i % 50}", selected_node=f"node-{i % 500}")
+    if labelled:
+        made["metadata"]["labels"] = {KEY: f"node-{i % 500}"}
+    return made
+
+
+def rchar(pid: int) -> int:
+    with open(f"/proc/{pid}/io", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+def measure(existing: int, added: int, tree: str | None) -> tuple[int, int]:
+    """(idle RSS with ``existing`` other claims, bytes read while ``added`` more arrive less idle reads)."""
+    server = ApiServer(binder=False)
+    server.start()
+    work = Path(tempfile.mkdtemp(prefix="bench-claims-"))
+    short = Path(tempfile.mkdtemp(prefix="bc-", dir="/tmp"))
+    try:
+        server.create(node(NODE))
+        server.create(storage_class("dyn", provisioner=DRIVER, parameters={"pool": "p"}))
+        for i in range(50):
+            server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"ns-{i}"}})
+        for i in range(existing):
+            server.create(other_claim(i, labelled=True))
+        (work / "pool").mkdir()
+        (work / "d").mkdir()
+        cfg = work / "config.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "storageClassMap": {"local-fs": {"hostDir": "/mnt/disks", "mountDir": str(work / "d")}},
+            "dynamicPools": {"p": {"hostDir": str(work / "pool")}}, "dynamicClassMap": {"dyn": {"pool": "p"}}}))
+        kubeconfig = server.write_kubeconfig(work / "kubeconfig")
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "PYTHONPATH": tree or str(Path(__file__).resolve().parent.parent)}
+        program = Program("localpv agent", [sys.executable, "-m", "localpv", "agent", "--config", str(cfg), "--node",
+                                            NODE, "--kubeconfig", str(kubeconfig), "--listen-address", "127.0.0.1:0",
+                                            "--state-dir", str(work / "state"), "--kubelet-dir", str(short / "k")],
+                          env)
+        with Running(program, work / "log") as proc:
+            proc.wait_for(lambda: server.requests.count(verb="watch", resource="persistentvolumeclaims") > 0, 120,
+                          "its claim watch")
+            threading.Event().wait(3)
+            rss = proc.rss()
+            pid = proc.proc.pid
+            before = rchar(pid)
+            started = time.monotonic()
+            for i in range(existing, existing + added):
+                made = server.create(other_claim(i, labelled=False))
+                made["metadata"]["labels"] = {KEY: f"node-{i % 500}"}  # the labeller's patch
+                server.update(made)
+            threading.Event().wait(3)  # the last events delivered
+            busy = rchar(pid) - before
+            window = time.monotonic() - started
+            before = rchar(pid)
+            threading.Event().wait(window)
+            idle = rchar(pid) - before
+            proc.check_alive()
+        return rss, max(0, busy - idle)
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--other-claims", type=int, default=10000)
+    parser.add_argument("--agent-tree", default=None, help="run the agent of this checkout (PYTHONPATH)")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("needs root (the agent's CSI plugin)")
+    print(machine())
+    which = f"`localpv agent` of {args.agent_tree}" if args.agent_tree else "`localpv agent`"
+    print(f"{which} with a dynamic class, among claims of 500 other nodes:")
+    for existing in (0, args.other_claims):
+        rss, read = measure(existing, args.other_claims, args.agent_tree)
+        print(f"  {existing:>6} other claims in the cluster: RSS {rss / 2**20:.1f} MiB; "
+              f"{args.other_claims} more created and labelled: {read / 2**20:.1f} MiB read")
+
+
+if __name__ == "__main__":
+    main()
