@@ -15,7 +15,9 @@ labelled (as the claim labeller leaves them). Each time:
   claims.
 
 ``--agent-tree`` runs the agent of another checkout (an export of main, for the "before"
-figures: it watches every claim). Prints what it measured; asserts nothing.
+figures: it watches every claim); the agent runs as ``python -P`` so that the current directory
+is not on its path and the tree named is the one imported. Prints what it measured; asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -75,10 +77,10 @@ def measure(existing: int, added: int, tree: str | None) -> tuple[int, int]:
         kubeconfig = server.write_kubeconfig(work / "kubeconfig")
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                "PYTHONPATH": tree or str(Path(__file__).resolve().parent.parent)}
-        program = Program("localpv agent", [sys.executable, "-m", "localpv", "agent", "--config", str(cfg), "--node",
-                                            NODE, "--kubeconfig", str(kubeconfig), "--listen-address", "127.0.0.1:0",
-                                            "--state-dir", str(work / "state"), "--kubelet-dir", str(short / "k")],
-                          env)
+        argv = [sys.executable, "-P", "-m", "localpv", "agent", "--config", str(cfg), "--node", NODE, "--kubeconfig",
+                str(kubeconfig), "--listen-address", "127.0.0.1:0", "--state-dir", str(work / "state"),
+                "--kubelet-dir", str(short / "k")]
+        program = Program("localpv agent", argv, env)
         with Running(program, work / "log") as proc:
             proc.wait_for(lambda: server.requests.count(verb="watch", resource="persistentvolumeclaims") > 0, 120,
                           "its claim watch")
