@@ -5,8 +5,8 @@ An agent sees a new claim only once the claim labeller has labelled it
 nothing the agent watches changes: so the agent looks, seldom, at the labeller's leader Lease.
 A leader renews it every few seconds; a Lease whose record did not change between two looks
 minutes apart, that has no holder, or that does not exist, means no labeller runs. That is
-said where an operator looks (a Warning event on the Node, ``localpv_claim_labeller_up`` 0,
-``localpv status``), once per outage. It is not the agent's health: restarting the agent
+said where an operator looks (a Warning event on the Node, ``localpv_claim_labeller_up`` 0 and
+the alert on it), once per outage. It is not the agent's health: restarting the agent
 would not label a claim.
 
 The verdict follows client-go's rule for leases: a record is stale when it has not changed for
