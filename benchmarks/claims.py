@@ -9,10 +9,10 @@ class. Twice: with no other claims, and with N claims of 500 other nodes already
 labelled (as the claim labeller leaves them). Each time:
 
 * RSS once the agent's claim watch is open and it has idled 3 s;
-* bytes the agent read (``rchar`` of /proc/PID/io: sockets and files) while N more claims of
-  other nodes are created, scheduled and labelled (a create, then the labeller's patch, as in a
-  cluster), less what it read in an idle window as long - its watch traffic for other nodes'
-  claims.
+* the bytes of claims the emulator sent it: its first list of claims, then its claim watch
+  while N more claims of other nodes are created, scheduled and labelled (a create, then the
+  labeller's patch, as in a cluster) - counted by the emulator as each event's line goes out
+  (``RequestLog.bytes_sent``).
 
 ``--agent-tree`` runs the agent of another checkout (an export of main, for the "before"
 figures: it watches every claim); the agent runs as ``python -P`` so that the current directory
@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -50,13 +51,21 @@ def other_claim(i: int, *, labelled: bool) -> dict[str, object]:
     return made
 
 
-def rchar(pid: int) -> int:
-    with open(f"/proc/{pid}/io", encoding="ascii") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+def settled(read: Callable[[], int], quiet: float = 2.0, timeout: float = 300.0) -> int:
+    """``read()`` once it has not changed for ``quiet`` seconds (the last events delivered)."""
+    deadline = time.monotonic() + timeout
+    last, since = read(), time.monotonic()
+    while time.monotonic() - since < quiet and time.monotonic() < deadline:
+        threading.Event().wait(0.2)
+        now = read()
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
 
 
-def measure(existing: int, added: int, tree: str | None) -> tuple[int, int]:
-    """(idle RSS with ``existing`` other claims, bytes read while ``added`` more arrive less idle reads)."""
+def measure(existing: int, added: int, tree: str | None) -> tuple[int, int, int]:
+    """(idle RSS with ``existing`` other claims, bytes of its first claim list, bytes of its claim
+    watch while ``added`` more arrive)."""
     server = ApiServer(binder=False)
     server.start()
     work = Path(tempfile.mkdtemp(prefix="bench-claims-"))
@@ -86,21 +95,15 @@ def measure(existing: int, added: int, tree: str | None) -> tuple[int, int]:
                           "its claim watch")
             threading.Event().wait(3)
             rss = proc.rss()
-            pid = proc.proc.pid
-            before = rchar(pid)
-            started = time.monotonic()
+            listed = server.requests.bytes_sent("list", "persistentvolumeclaims")
+            watched = server.requests.bytes_sent("watch", "persistentvolumeclaims")
             for i in range(existing, existing + added):
                 made = server.create(other_claim(i, labelled=False))
                 made["metadata"]["labels"] = {KEY: f"node-{i % 500}"}  # the labeller's patch
                 server.update(made)
-            threading.Event().wait(3)  # the last events delivered
-            busy = rchar(pid) - before
-            window = time.monotonic() - started
-            before = rchar(pid)
-            threading.Event().wait(window)
-            idle = rchar(pid) - before
+            watched = settled(lambda: server.requests.bytes_sent("watch", "persistentvolumeclaims")) - watched
             proc.check_alive()
-        return rss, max(0, busy - idle)
+        return rss, listed, watched
     finally:
         server.stop()
 
@@ -116,9 +119,10 @@ def main() -> None:
     which = f"`localpv agent` of {args.agent_tree}" if args.agent_tree else "`localpv agent`"
     print(f"{which} with a dynamic class, among claims of 500 other nodes:")
     for existing in (0, args.other_claims):
-        rss, read = measure(existing, args.other_claims, args.agent_tree)
-        print(f"  {existing:>6} other claims in the cluster: RSS {rss / 2**20:.1f} MiB; "
-              f"{args.other_claims} more created and labelled: {read / 2**20:.1f} MiB read")
+        rss, listed, watched = measure(existing, args.other_claims, args.agent_tree)
+        print(f"  {existing:>6} other claims in the cluster: RSS {rss / 2**20:.1f} MiB, its claim list "
+              f"{listed / 2**10:.1f} KiB; {args.other_claims} more created and labelled: its claim watch "
+              f"{watched / 2**10:.1f} KiB")
 
 
 if __name__ == "__main__":
