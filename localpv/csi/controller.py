@@ -1,7 +1,8 @@
 """Claims to images and PVs on this node: external-provisioner's contract, in the agent.
 
-Every agent watches claims; the one on the node the scheduler chose
-(``volume.kubernetes.io/selected-node``) provisions: it checks the pool has room, records
+Each agent watches the claims labelled with its node (the claim labeller copies the scheduler's
+``volume.kubernetes.io/selected-node`` into that label, :mod:`localpv.csi.claimlabels`); the
+agent of the node both name provisions: it checks the pool has room, records
 the image in the journal, makes and formats it, and creates the PV (``pvc-<claim uid>``,
 pre-bound). Observable as external-provisioner's: events ``Provisioning``,
 ``ProvisioningSucceeded`` and ``ProvisioningFailed`` on the claim; when the pool lacks room
