@@ -9,10 +9,10 @@ class. Twice: with no other claims, and with N claims of 500 other nodes already
 labelled (as the claim labeller leaves them). Each time:
 
 * RSS once the agent's claim watch is open and it has idled 3 s;
-* the bytes of claims the emulator sent it: its first list of claims, then its claim watch
-  while N more claims of other nodes are created, scheduled and labelled (a create, then the
-  labeller's patch, as in a cluster) - counted by the emulator as each event's line goes out
-  (``RequestLog.bytes_sent``).
+* the bytes of claims the emulator sent it: its first list of claims, then its claim watch (and
+  any relist) while N more claims of other nodes are created, scheduled and labelled (a create,
+  then the labeller's patch, as in a cluster) - counted by the emulator as each event's line
+  goes out (``RequestLog.bytes_sent``).
 
 ``--agent-tree`` runs the agent of another checkout (an export of main, for the "before"
 figures: it watches every claim); the agent runs as ``python -P`` so that the current directory
@@ -96,12 +96,12 @@ def measure(existing: int, added: int, tree: str | None) -> tuple[int, int, int]
             threading.Event().wait(3)
             rss = proc.rss()
             listed = server.requests.bytes_sent("list", "persistentvolumeclaims")
-            watched = server.requests.bytes_sent("watch", "persistentvolumeclaims")
+            watched = server.requests.bytes_sent(resource="persistentvolumeclaims")
             for i in range(existing, existing + added):
                 made = server.create(other_claim(i, labelled=False))
                 made["metadata"]["labels"] = {KEY: f"node-{i % 500}"}  # the labeller's patch
                 server.update(made)
-            watched = settled(lambda: server.requests.bytes_sent("watch", "persistentvolumeclaims")) - watched
+            watched = settled(lambda: server.requests.bytes_sent(resource="persistentvolumeclaims")) - watched
             proc.check_alive()
         return rss, listed, watched
     finally:
@@ -121,7 +121,7 @@ def main() -> None:
     for existing in (0, args.other_claims):
         rss, listed, watched = measure(existing, args.other_claims, args.agent_tree)
         print(f"  {existing:>6} other claims in the cluster: RSS {rss / 2**20:.1f} MiB, its claim list "
-              f"{listed / 2**10:.1f} KiB; {args.other_claims} more created and labelled: its claim watch "
+              f"{listed / 2**10:.1f} KiB; {args.other_claims} more created and labelled: its claim watch (and relists) "
               f"{watched / 2**10:.1f} KiB")
 
 
