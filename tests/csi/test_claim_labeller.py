@@ -47,9 +47,10 @@ def _classes(server: ApiServer) -> None:
     server.create(storage_class("other", provisioner="other.csi.example.com"))
 
 
-def _patches(server: ApiServer, name: str) -> int:
+def _patches(server: ApiServer, name: str, status: int | None = None) -> int:
+    """Label writes sent for the claim (with ``status``: those answered so)."""
     return sum(1 for r in server.requests if r.verb == "patch" and r.resource == "persistentvolumeclaims"
-               and r.name == name)
+               and r.name == name and (status is None or r.status == status))
 
 
 def test_the_rule_label_follows_the_annotation_and_both_must_agree() -> None:
@@ -87,7 +88,10 @@ def test_the_label_is_set_changed_and_removed_with_the_selected_node(apiserver: 
         pvc["metadata"]["labels"][KEY] = "node-1"
         apiserver.update(pvc)
         wait_for(lambda: _label(apiserver, "data") == "node-2", what="the label put back")
-        assert _patches(apiserver, "data") == 4
+        # One write per change. A write may also meet the PV controller's (the emulator's binder
+        # annotates the claim for the driver as a node is selected): refused (409), then redone.
+        assert _patches(apiserver, "data", 200) == 4
+        assert _patches(apiserver, "data") == 4 + _patches(apiserver, "data", 409)
 
 
 def test_claims_of_other_classes_are_never_touched(apiserver: ApiServer, kube: KubeApi) -> None:
