@@ -243,7 +243,10 @@ def test_an_agent_says_on_its_node_when_no_labeller_runs_and_when_one_runs_again
             wait_for(lambda: _label(apiserver, "waits") == "node-1", what="labelled")
             assert lease.look() is True
             wait_for(lambda: node_events("ClaimLabellerBack"), what="the Node told it is back")
-            wait_for(lambda: lease.look() is True and ups[-1], what="a renewal seen between two looks")
+            seen = (apiserver.get("coordination.k8s.io/v1", "Lease", lease.name, "default") or {})["spec"]
+            wait_for(lambda: (apiserver.get("coordination.k8s.io/v1", "Lease", lease.name, "default") or {})
+                     ["spec"] != seen, what="a renewal")  # as between two of the agent's looks, minutes apart
+            assert lease.look() is True
         finally:
             replica.stop(release=False)  # killed: its Lease is no longer renewed
         clock.advance(300.0)
