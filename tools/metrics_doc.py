@@ -114,6 +114,11 @@ UPSTREAM: dict[str, str] = {
                                       "read them)",
     "localpv_dynamic_capacity_served": "none",
     "localpv_dynamic_capacity_publish_failures_total": "none (external-provisioner logs its capacity errors)",
+    "localpv_claim_labeller_up": "none (external-provisioner watches every claim on every node)",
+    # the claim labeller
+    "localpv_claim_labels_written_total": "none",
+    "localpv_claim_labels_pending": "none",
+    "localpv_claim_labels_oldest_pending_seconds": "none",
 }
 
 
@@ -161,12 +166,19 @@ def node_cleanup_registry() -> CollectorRegistry:
     return NodeCleanupMetrics().registry
 
 
+def claim_labeller_registry() -> CollectorRegistry:
+    from localpv.claimlabeller.metrics import LabellerMetrics
+
+    return LabellerMetrics().registry
+
+
 #: (heading, command, registry factory) of every process that serves /metrics.
 PROCESSES: tuple[tuple[str, str, Callable[[], CollectorRegistry]], ...] = (
     ("Node agent", "localpv agent", agent_registry),
     ("Node agent: dynamic volumes", "localpv agent (with a dynamicClassMap)", dynamic_registry),
     ("NFS provisioner", "localpv nfs", nfs_registry),
     ("Node cleanup", "localpv node-cleanup", node_cleanup_registry),
+    ("Claim labeller", "localpv claim-labeller", claim_labeller_registry),
 )
 
 

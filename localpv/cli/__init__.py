@@ -7,7 +7,8 @@ Options read environment variables too: each option names its variable explicitl
 (upstream's names where one exists, e.g. ``MY_NODE_NAME``), else ``LOCALPV_<OPTION>``.
 """
 
-from localpv.cli import agent, cleanup, config, demo, discover, doctor, nfs, nodecleanup, status
+from localpv.cli import agent, claimlabeller, cleanup, config, demo, discover, doctor, nfs, nodecleanup, status
 from localpv.cli.root import cli, main
 
-__all__ = ["agent", "cleanup", "cli", "config", "demo", "discover", "doctor", "main", "nfs", "nodecleanup", "status"]
+__all__ = ["agent", "claimlabeller", "cleanup", "cli", "config", "demo", "discover", "doctor", "main", "nfs",
+           "nodecleanup", "status"]

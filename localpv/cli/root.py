@@ -42,7 +42,7 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
     ctx.exit()
 
 
-_DAEMONS = frozenset({"agent", "nfs", "node-cleanup"})
+_DAEMONS = frozenset({"agent", "nfs", "node-cleanup", "claim-labeller"})
 
 """Subcommands that run until stopped (the chart's containers)."""
 

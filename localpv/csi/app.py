@@ -20,11 +20,13 @@ from localpv.config import ProvisionerConfig
 from localpv.config.dynamic import PoolConfig
 from localpv.csi import provisioner as rules
 from localpv.csi.capacity import Room
+from localpv.csi.claimlabels import labeller_lease_name
 from localpv.csi.controller import DynamicController, DynamicSettings
 from localpv.csi.health import PoolRisk
 from localpv.csi.identity import IdentityService
 from localpv.csi.images import ImageError, ImageStore
 from localpv.csi.journal import ImageJournal, ImageJournalError, ImageState
+from localpv.csi.labellerlease import LabellerLease
 from localpv.csi.metrics import DynamicMetrics, PoolFigures
 from localpv.csi.node import SERVER_THREADS, NodeService
 from localpv.csi.pools import Pool, PoolState, move_refusal
@@ -49,7 +51,8 @@ class DynamicVolumes:
     def __init__(self, api: KubeApi, *, node_name: str, config: Callable[[], ProvisionerConfig], state_dir: str,
                  kubelet_dir: str, registry: CollectorRegistry | None = None,
                  volume_health_period: float = 60.0, namespace: str = "default",
-                 capacity: CapacitySettings | None = None, capacity_clock: Clock | None = None) -> None:
+                 capacity: CapacitySettings | None = None, capacity_clock: Clock | None = None,
+                 labeller_period: float = 300.0) -> None:
         self.config = config
         self._pools: dict[object, Pool] = {}
         self.journal = ImageJournal(os.path.join(state_dir, JOURNAL_FILE))
@@ -77,6 +80,9 @@ class DynamicVolumes:
         self.watch = HealthWatch(node=lambda: node, pvs=self._volumes, pools=self.pools, staged=self.node.staged,
                                  risks=self.pool_risks, recorder=self.recorder, period=volume_health_period)
         self.node.on_change = self.watch.poke
+        self.labeller = LabellerLease(api, namespace=namespace, name=labeller_lease_name(driver), node=lambda: node,
+                                      recorder=self.recorder, period=labeller_period,
+                                      on_verdict=lambda up: self.metrics.labeller_up.set(1 if up else 0))
         self.identity = IdentityService(driver, ready=self.controller.synced.is_set)
         self.registration = RegistrationService(driver, self.paths.csi)
         observe = self.metrics.observe_call
@@ -226,6 +232,7 @@ class DynamicVolumes:
         self.controller.supervisor.spawn("csi-health", self.watch.run)
         if self.capacity is not None:
             self.controller.supervisor.spawn("csi-capacity", self.capacity.run)
+        self.controller.supervisor.spawn("csi-labeller-lease", self.labeller.run)
         self.csi_server.start()
         # Registration last: the kubelet calls NodeGetInfo on the CSI socket as soon as it sees it.
         self.registration_server.start()
@@ -236,6 +243,7 @@ class DynamicVolumes:
         if self.capacity is not None:
             self.capacity.stop()
         self.watch.stop()
+        self.labeller.stop()
         self.registration_server.stop()
         self.csi_server.stop()
         self.controller.stop()

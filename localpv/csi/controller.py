@@ -1,7 +1,8 @@
 """Claims to images and PVs on this node: external-provisioner's contract, in the agent.
 
-Every agent watches claims; the one on the node the scheduler chose
-(``volume.kubernetes.io/selected-node``) provisions: it checks the pool has room, records
+Each agent watches the claims labelled with its node (the claim labeller copies the scheduler's
+``volume.kubernetes.io/selected-node`` into that label, :mod:`localpv.csi.claimlabels`); the
+agent of the node both name provisions: it checks the pool has room, records
 the image in the journal, makes and formats it, and creates the PV (``pvc-<claim uid>``,
 pre-bound). Observable as external-provisioner's: events ``Provisioning``,
 ``ProvisioningSucceeded`` and ``ProvisioningFailed`` on the claim; when the pool lacks room
@@ -32,8 +33,9 @@ from dataclasses import dataclass, field
 
 from localpv.clock import Clock, SystemClock
 from localpv.config import ProvisionerConfig
-from localpv.csi import deletion
+from localpv.csi import claimlabels, deletion
 from localpv.csi import provisioner as rules
+from localpv.csi.claimlabels import ANN_SELECTED_NODE
 from localpv.csi.deletion import Deleter
 from localpv.csi.expansion import Expander
 from localpv.csi.images import FsType, ImageError, Provisioning
@@ -46,7 +48,7 @@ from localpv.kube.api import KubeApi
 from localpv.kube.errors import AlreadyExists, ApiError, NotFound
 from localpv.kube.events import NORMAL, WARNING, EventRecorder
 from localpv.kube.informer import Informer, object_key
-from localpv.kube.objects import Obj
+from localpv.kube.objects import Obj, annotations_of
 from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES
 from localpv.kube.workqueue import ItemBackoff, WorkQueue
 from localpv.naming import NODE_LABEL_KEY, node_label_value
@@ -79,8 +81,10 @@ class DynamicController:
         self.metrics = metrics
         self.clock = clock or SystemClock()
         self.ledger = Ledger(journal, pools)
+        # Only this node's claims: the claim labeller copies each claim's selected node into this
+        # label (localpv/csi/claimlabels.py), so the cache grows with this node's claims alone.
         self.claims = Informer(api, PERSISTENT_VOLUME_CLAIMS, clock=self.clock, name="csi-claims",
-                               on_change=self._on_claim)
+                               on_change=self._on_claim, label_selector=claimlabels.node_selector(settings.node_name))
         self.pvs = Informer(api, PERSISTENT_VOLUMES, clock=self.clock, name="csi-pvs", on_change=self._on_volume,
                             label_selector=f"{NODE_LABEL_KEY}={node_label_value(settings.node_name)}")
         self.classes = Informer(api, STORAGE_CLASSES, clock=self.clock, name="csi-classes")
@@ -164,8 +168,21 @@ class DynamicController:
 
     # ------------------------------------------------------------------ claims
 
-    def claim_by_uid(self, uid: str) -> Obj | None:
-        return next((c for c in self.claims.list() if c["metadata"].get("uid") == uid), None)
+    def claim_of(self, record: ImageRecord) -> Obj | None:
+        """The live claim a record was made for (None when it is gone or is another incarnation).
+
+        Read from the API server, not the cache: the cache holds only the claims labelled with
+        this node, and a claim rescheduled elsewhere (or relabelled) has left it while it may still
+        be bound to this image - a decision that removes an image must not rest on its absence.
+        """
+        namespace, _, name = record.claim.partition("/")
+        if not name:
+            return None
+        try:
+            claim = self.api.get(PERSISTENT_VOLUME_CLAIMS, name, namespace)
+        except NotFound:
+            return None
+        return claim if claim["metadata"].get("uid") == record.claim_uid else None
 
     def sync_claim(self, key: str) -> bool:
         """Provision (or expand) the claim if it is this node's to do; True means retry later."""
@@ -179,11 +196,11 @@ class DynamicController:
         if bound_to:
             pv = self.pvs.get(str(bound_to))
             return self.expander.sync(claim, pv) if pv is not None and rules.is_ours(pv, self.driver) else False
-        if not rules.names_driver(claim, self.driver):
+        if not claimlabels.names_driver(claim, self.driver):
             return False
-        if rules.annotations_of(claim).get(rules.ANN_SELECTED_NODE) != self.settings.node_name:
-            return False
-        class_name = rules.claim_class_name(claim)
+        if not claimlabels.agrees(claim, self.settings.node_name):
+            return False  # another node's, or its label lags its annotation: the labeller's next write brings it
+        class_name = claimlabels.claim_class_name(claim)
         storage_class = self.classes.get(class_name)
         if storage_class is None:
             return True  # not in the cache yet
@@ -351,10 +368,10 @@ class DynamicController:
         node = self.settings.node_name
 
         def unselect(current: Obj) -> Obj | None:
-            ann = rules.annotations_of(current)
-            if ann.get(rules.ANN_SELECTED_NODE) != node or current["metadata"].get("uid") != claim["metadata"]["uid"]:
+            ann = annotations_of(current)
+            if ann.get(ANN_SELECTED_NODE) != node or current["metadata"].get("uid") != claim["metadata"]["uid"]:
                 return None
-            del current["metadata"]["annotations"][rules.ANN_SELECTED_NODE]
+            del current["metadata"]["annotations"][ANN_SELECTED_NODE]
             return current
 
         try:
@@ -363,11 +380,11 @@ class DynamicController:
         except NotFound:
             return False
         except ApiError as err:
-            log.warning("claim %s: cannot remove %s: %s", rules.claim_key(claim), rules.ANN_SELECTED_NODE, err)
+            log.warning("claim %s: cannot remove %s: %s", rules.claim_key(claim), ANN_SELECTED_NODE, err)
             return True
         self.metrics.operations.labels("reschedule", "ok").inc()
         self._failed(claim, class_name, f"failed to provision volume with StorageClass {class_name!r} on node {node}: "
-                                        f"{why}; rescheduling (annotation {rules.ANN_SELECTED_NODE} removed)")
+                                        f"{why}; rescheduling (annotation {ANN_SELECTED_NODE} removed)")
         return False
 
     # ------------------------------------------------------------------ release
@@ -397,7 +414,7 @@ class DynamicController:
             begun = record.state is ImageState.CREATING or (record.state is ImageState.READY and not record.pv_uid)
             if record.claim == key and begun:
                 try:
-                    self._recover(volume, record)
+                    self._recover(volume, record, requeue=False)
                 except ApiError as err:
                     log.warning("image %s: cannot check against the cluster now: %s", volume, err)
                 left = left or self.journal.get(volume) is not None
@@ -462,7 +479,9 @@ class DynamicController:
                                                            f"had no record (the image journal was lost or reset): "
                                                            f"recorded as {state.value}; {said}")
 
-    def _recover(self, name: str, record: ImageRecord) -> None:
+    def _recover(self, name: str, record: ImageRecord, *, requeue: bool = True) -> None:
+        """``requeue``: a claim still waiting for this image is offered to the workers again (not
+        from a worker handling that claim: its own retry, with backoff, does that)."""
         if record.state is ImageState.ORPHANED:
             return
         try:
@@ -481,7 +500,7 @@ class DynamicController:
                         record.claim)
             self.journal.put(record.moved(ImageState.ORPHANED, self.clock.now()))
             return
-        claim = self.claim_by_uid(record.claim_uid)
+        claim = self.claim_of(record)
         if claim is not None and (claim.get("spec") or {}).get("volumeName") == name \
                 and record.state is not ImageState.DELETING:
             # Its claim was bound to it, so it was handed out, even though the PV's uid never
@@ -494,7 +513,8 @@ class DynamicController:
             and not claim["metadata"].get("deletionTimestamp") and record.state is not ImageState.DELETING
         if waiting:
             assert claim is not None
-            self.claim_queue.add(rules.claim_key(claim))  # it finishes what was begun
+            if requeue:
+                self.claim_queue.add(rules.claim_key(claim))  # it finishes what was begun
             return
         # Never handed to anyone (no PV, claim gone or done), or released: nothing in it is kept.
         if self.deleter.remove_image(record.pool, name, None):

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -73,6 +73,10 @@ class DynamicMetrics:
                                   "of dynamic volumes, by result.", ["operation", "result"], registry=r)
         self.duration = Histogram("localpv_dynamic_operation_duration_seconds",
                                   "Time of successful operations on dynamic volumes.", ["operation"], registry=r)
+        self.labeller_up = Gauge("localpv_claim_labeller_up", "0 while this agent finds no claim labeller running "
+                                 "(its leader Lease absent, released or not renewed): new claims are not seen.",
+                                 registry=r)
+        self.labeller_up.set(1)
         self.calls = Counter("localpv_csi_calls", "CSI and registration calls served, by method and gRPC code.",
                              ["method", "code"], registry=r)
         self.call_duration = Histogram("localpv_csi_call_duration_seconds", "Time to answer CSI calls.", ["method"],

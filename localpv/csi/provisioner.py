@@ -24,7 +24,7 @@ from localpv.csi.images import MIN_BLOCK_SIZE, MIN_SIZE, FsType, Provisioning
 from localpv.csi.journal import BLOCK, FILESYSTEM
 from localpv.csi.volume import FS_UUID, IMAGE_UUID, NODE, POOL, PROVISIONING
 from localpv.kube.finalizers import EXTERNAL_PROVISIONER_FINALIZER
-from localpv.kube.objects import Obj
+from localpv.kube.objects import Obj, annotations_of
 from localpv.naming import (
     HOSTNAME_LABEL_KEY,
     NODE_LABEL_KEY,
@@ -33,9 +33,6 @@ from localpv.naming import (
     parse_quantity,
 )
 
-ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
-ANN_STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
-ANN_STORAGE_PROVISIONER_BETA = "volume.beta.kubernetes.io/storage-provisioner"
 #: external-provisioner's PV deletion protection finalizer (KEP-2644): on every PV with reclaim
 #: policy Delete until its volume is deleted (see :mod:`localpv.csi.deletion`).
 PV_FINALIZER = EXTERNAL_PROVISIONER_FINALIZER
@@ -87,20 +84,6 @@ def volume_name(claim: Obj) -> str:
 def claim_key(claim: Obj) -> str:
     meta = claim["metadata"]
     return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
-def annotations_of(obj: Obj) -> dict[str, str]:
-    return (obj.get("metadata") or {}).get("annotations") or {}
-
-
-def claim_class_name(claim: Obj) -> str:
-    beta = annotations_of(claim).get("volume.beta.kubernetes.io/storage-class")
-    return str(beta if beta is not None else (claim.get("spec") or {}).get("storageClassName") or "")
-
-
-def names_driver(claim: Obj, driver: str) -> bool:
-    ann = annotations_of(claim)
-    return driver in (ann.get(ANN_STORAGE_PROVISIONER), ann.get(ANN_STORAGE_PROVISIONER_BETA))
 
 
 def requested_bytes(claim: Obj) -> int:

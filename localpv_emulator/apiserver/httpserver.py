@@ -8,6 +8,7 @@ import socket
 import struct
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -118,10 +119,11 @@ class RequestHandler(BaseHTTPRequestHandler):
         api.requests.record(RequestRecord(self.command, url.path, url.query, status, info.verb, info.resource,
                                           info.namespace, info.name, info.subresource, lost=lost is not None))
         if isinstance(result, WatchStream):
-            self._stream(result)
+            self._stream(result, lambda size: api.requests.sent(info.verb, info.resource, size))
         elif lost is not None:
             self._hang_up(lost)
         else:
+            api.requests.sent(info.verb, info.resource, len(result.body))
             self._send(result)
 
     def _hang_up(self, how: LostResponse) -> None:
@@ -144,7 +146,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(response.body)
 
-    def _stream(self, stream: WatchStream) -> None:
+    def _stream(self, stream: WatchStream, sent: Callable[[int], None]) -> None:
         """A watch as a chunked body. A clean end (timeoutSeconds, a dropped watch) sends the
         last chunk and keeps the connection for the client's next request, as kube-apiserver
         does: clients pool it. A cut (``drop_watches(abrupt=True)``, stop, restart) shuts the
@@ -157,6 +159,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         try:
             for line in stream.lines(self._client_alive):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                sent(len(line))
             if stream.abrupt():
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)

@@ -31,6 +31,19 @@ class RequestLog:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._records: list[RequestRecord] = []
+        self._sent: Counter[tuple[str, str]] = Counter()
+
+    def sent(self, verb: str, resource: str, size: int) -> None:
+        """Count ``size`` bytes of response body sent (a watch: each event's line, as it goes)."""
+        with self._lock:
+            self._sent[(verb, resource)] += size
+
+    def bytes_sent(self, verb: str | None = None, resource: str | None = None) -> int:
+        """Response body bytes sent for requests matching every given criterion (benchmarks: what a
+        client's list and watch cost it). Kept through :meth:`clear`."""
+        with self._lock:
+            return sum(n for (v, r), n in self._sent.items()
+                       if (verb is None or v == verb) and (resource is None or r == resource))
 
     def record(self, record: RequestRecord) -> None:
         """Append one served request."""

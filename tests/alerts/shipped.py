@@ -12,7 +12,13 @@ from typing import Any
 
 import yaml
 
-from tools.metrics_doc import agent_registry, dynamic_registry, nfs_registry, node_cleanup_registry
+from tools.metrics_doc import (
+    agent_registry,
+    claim_labeller_registry,
+    dynamic_registry,
+    nfs_registry,
+    node_cleanup_registry,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "helm" / "localpv" / "files"
@@ -112,10 +118,11 @@ _SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count
 
 def exported_metric_names() -> frozenset[str]:
     """Every series name a localpv process can export: the agent's (with what dynamic volumes
-    add to it), the NFS provisioner's and node cleanup's registries, built as the processes
+    add to it), the NFS provisioner's, node cleanup's and the claim labeller's registries, built as the processes
     build them (the ones the metrics reference is generated from) and read the way a scrape
     reads them."""
-    registries = [agent_registry(), dynamic_registry(), nfs_registry(), node_cleanup_registry()]
+    registries = [agent_registry(), dynamic_registry(), nfs_registry(), node_cleanup_registry(),
+                  claim_labeller_registry()]
     names: set[str] = set()
     for registry in registries:
         for family in registry.collect():

@@ -5,6 +5,7 @@ images: provisioning, rescheduling, idempotency across crashes, deletion, Retain
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from localpv_emulator.objects import claim, node, storage_class
 from tests.conftest import wait_for
 from tests.csi.conftest import PoolEnv
 from tests.support.hostfs import MiB
+from tests.support.labeller import running_labeller
 
 pytestmark = pytest.mark.root
 DRIVER = "local.csi.localpv.dev"
@@ -44,8 +46,13 @@ class Env:
     config: ProvisionerConfig
     controller: DynamicController | None = None
     recorder: EventRecorder | None = None
+    #: The real claim labeller, started with the first controller and kept across its restarts.
+    labeller: ExitStack | None = None
 
-    def start(self) -> DynamicController:
+    def start(self, *, labeller: bool = True) -> DynamicController:
+        if self.labeller is None and labeller:
+            self.labeller = ExitStack()
+            self.labeller.enter_context(running_labeller(self.kube, DRIVER))
         self.recorder = EventRecorder(self.kube, component=f"{DRIVER}_{NODE_NAME}")
         self.recorder.start()
         pool = self.pool_env.pool
@@ -63,6 +70,13 @@ class Env:
             self.controller = None
         if self.recorder is not None:
             self.recorder.stop()
+
+    def close(self) -> None:
+        """The controller and the labeller stopped (the end of a test)."""
+        self.stop()
+        if self.labeller is not None:
+            self.labeller.close()
+            self.labeller = None
 
     def claim(self, name: str, size: str = "64Mi", node_name: str | None = NODE_NAME, **kw: Any) -> Obj:
         return self.server.create(claim(name, CLASS, size=size, selected_node=node_name, **kw))
@@ -96,7 +110,7 @@ def env(apiserver: ApiServer, kube: KubeApi, pool_env: PoolEnv, tmp_path: Path) 
                                dynamic_classes={CLASS: DynamicClass(CLASS, "fast")})
     environment = Env(apiserver, kube, pool_env, tmp_path / "state" / "csi-images.json", config)
     yield environment
-    environment.stop()
+    environment.close()
 
 
 def test_a_claim_on_this_node_gets_an_image_and_a_pv(env: Env) -> None:

@@ -45,7 +45,7 @@ def make_env(apiserver: ApiServer, kube: KubeApi, pool_env: PoolEnv, tmp_path: P
 def env(apiserver: ApiServer, kube: KubeApi, pool_env: PoolEnv, tmp_path: Path) -> Iterator[Env]:
     environment = make_env(apiserver, kube, pool_env, tmp_path)
     yield environment
-    environment.stop()
+    environment.close()
 
 
 def rescheduled(env: Env, name: str) -> str | None:
@@ -110,7 +110,7 @@ def test_a_size_no_file_of_the_pool_can_have_is_refused_once_with_nothing_held(
         assert "volume.kubernetes.io/selected-node" in env.pvc("vast")["metadata"]["annotations"]
         assert env.journal().snapshot() == {} and env.pool_env.pool.images.names() == []
     finally:
-        env.stop()
+        env.close()
 
 
 def test_a_failed_allocation_drops_its_record_and_reschedules(
@@ -128,7 +128,7 @@ def test_a_failed_allocation_drops_its_record_and_reschedules(
         assert "image truncated" in message, message
         assert env.journal().snapshot() == {} and env.pool_env.pool.images.names() == []
     finally:
-        env.stop()
+        env.close()
 
 
 def _claim(name: str, storage_class_name: str, size: str, **kw: object) -> dict[str, object]:
@@ -155,7 +155,7 @@ def test_read_only_many_and_discard_on_thick_are_refused_with_one_event_and_noth
             assert words in failed[0]
         assert env.journal().snapshot() == {} and env.pool_env.pool.images.names() == []
     finally:
-        env.stop()
+        env.close()
 
 
 def test_a_failed_thick_growth_is_rolled_back(pool_env: PoolEnv) -> None:

@@ -195,3 +195,23 @@ def test_a_client_gone_mid_answer_prints_no_traceback(error: type[Exception], pr
     finally:
         httpd.server_close()
     assert ("Traceback" in capsys.readouterr().err) is printed
+
+
+def test_the_request_log_counts_the_bytes_each_list_and_watch_sent(srv: ApiServer, core: client.CoreV1Api) -> None:
+    """What a client's list and watch cost it, for the benchmarks: the bodies as they went out
+    (a watch: each event's line), per verb and resource."""
+    srv.create(pv("pv-a"))
+    srv.create(pv("pv-b", labels={"keep": "yes"}))
+    listed = core.list_persistent_volume(_preload_content=False)
+    body = listed.read()
+    listed.release_conn()
+    assert srv.requests.bytes_sent("list", "persistentvolumes") == len(body)
+    response = core.list_persistent_volume(watch=True, _preload_content=False, timeout_seconds=1,
+                                           label_selector="keep=yes")
+    try:
+        lines = [line for line in response.read().splitlines() if line.strip()]
+    finally:
+        response.release_conn()
+    assert [json.loads(line)["object"]["metadata"]["name"] for line in lines] == ["pv-b"]
+    assert srv.requests.bytes_sent("watch", "persistentvolumes") == sum(len(line) + 1 for line in lines)
+    assert srv.requests.bytes_sent("watch", "configmaps") == 0

@@ -398,15 +398,23 @@ def test_job_permissions_only_with_job_cleaning(installs: dict[str, Install]) ->
         assert not any("jobs" in key for key in {**_granted(inst, "Role"), **_granted(inst, "ClusterRole")})
 
 
-def test_lease_permissions_only_for_nfs_with_leader_election(installs: dict[str, Install]) -> None:
+def test_lease_permissions_only_for_leader_elected_components(installs: dict[str, Install]) -> None:
+    """Leases for the NFS provisioner with leader election, and with dynamic classes for the claim
+    labeller (which campaigns) and the agent (which reads the labeller's Lease, only that one)."""
     nfs = installed(installs, "nfs-subdir-values.yaml")
     assert _granted(nfs, "Role")["coordination.k8s.io/leases"] == {"get", "create", "update"}
     for name in ("defaults", *AGENT_FILES):
         inst = installed(installs, name)
         elects = bool((inst.values.get("nfs") or {}).get("server")) and \
             (inst.values.get("leaderElection") or {}).get("enabled", True)
+        dynamic = bool((inst.values.get("dynamic") or {}).get("classes"))
         granted = any("leases" in key for key in {**_granted(inst, "Role"), **_granted(inst, "ClusterRole")})
-        assert granted == elects, name
+        assert granted == (elects or dynamic), name
+        if dynamic:
+            reader = next(r for r in inst.server.list("rbac.authorization.k8s.io/v1", "Role", NAMESPACE)
+                          if r["metadata"]["name"].endswith("claim-labeller-lease-reader"))
+            assert reader["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                                        "resourceNames": ["local.csi.localpv.dev-claim-labeller"], "verbs": ["get"]}]
 
 
 def test_the_nfs_provisioner_may_read_kube_system_only_when_it_derives_the_cluster_id(

@@ -19,6 +19,8 @@ import pytest
 
 from localpv.agent.journal import Journal
 from localpv.agent.node import AgentOptions, NodeAgent
+from localpv.claimlabeller.app import LabellerOptions, LabellerReplica
+from localpv.claimlabeller.controller import LabellerSettings
 from localpv.config import parse_config, read_config_data
 from localpv.csi.capacity import Room
 from localpv.csi.publisher import CapacityPublisher, CapacitySettings
@@ -35,7 +37,7 @@ from localpv_emulator.apiserver import ApiServer, RequestRecord
 from localpv_emulator.binder import PVBinder
 from localpv_emulator.objects import claim, node
 from tests.conftest import wait_for
-from tests.helm.chart import NAMESPACE, Install, helm_runs
+from tests.helm.chart import NAMESPACE, Install, helm_runs, load_values
 from tests.nfs.conftest import records, volume_entries
 from tests.support.hostfs import LoopDevices, Mounter
 
@@ -52,10 +54,6 @@ AGENT_VALUES: dict[str, Any] = {
 }
 NFS_VALUES: dict[str, Any] = {"nfs": {"server": "nfs.example.com", "path": "/exports"},
                               "storageClass": {"onDelete": "delete"}}
-DYNAMIC_VALUES: dict[str, Any] = {"dynamic": {"pools": [{"name": "fast", "hostDir": "/mnt/pools/fast"}],
-                                              "classes": [{"name": "dyn", "pool": "fast"},
-                                                          {"name": "dyn-thick", "pool": "fast",
-                                                           "provisioning": "thick"}]}}
 CLEANUP_VALUES: dict[str, Any] = {"nodeCleanup": {"enabled": True, "storageClassNames": ["local-fs", "dyn"]},
                                   "classes": [{"name": "local-fs", "hostDir": "/mnt/local-fs"}],
                                   "dynamic": {"pools": [{"name": "p", "hostDir": "/mnt/p"}],
@@ -65,7 +63,7 @@ CLEANUP_VALUES: dict[str, Any] = {"nodeCleanup": {"enabled": True, "storageClass
 @pytest.fixture(scope="module")
 def charts(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
     done = {"agent": Install(AGENT_VALUES), "nfs": Install(NFS_VALUES), "node-cleanup": Install(CLEANUP_VALUES),
-            "dynamic": Install(DYNAMIC_VALUES)}
+            "dynamic": Install(load_values("dynamic-values.yaml"))}
     with helm_runs(helm_python, done, tmp_path_factory.mktemp("helm")) as installs:
         for name, inst in installs.items():
             assert inst.error is None, f"{name}: {inst.error}"
@@ -354,5 +352,49 @@ def test_node_cleanup_needs_nothing_beyond_the_charts_rbac(charts: dict[str, Ins
         used = {(r.verb, r.resource) for r in server.requests}
         assert {("delete", "persistentvolumeclaims"), ("delete", "persistentvolumes"), ("list", "pods"),
                 ("delete", "pods"), ("patch", "persistentvolumes")} <= used
+    finally:
+        server.stop()
+
+
+def test_claim_labeller_needs_nothing_beyond_the_charts_rbac(charts: dict[str, Install]) -> None:
+    """The labeller, leader-elected as the chart runs it: a claim labelled, relabelled when its
+    selected node changes, unlabelled when it goes; every request within its service account's
+    roles."""
+    inst = charts["dynamic"]
+    deploy = next(d for d in inst.server.list("apps/v1", "Deployment", NAMESPACE)
+                  if d["metadata"]["name"].endswith("claim-labeller"))
+    args = dict(a.split("=", 1) for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"] if "=" in a)
+    server = ApiServer(binder=True).start()
+    try:
+        server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        for sc in inst.server.list("storage.k8s.io/v1", "StorageClass"):  # the chart's own classes
+            server.create({k: v for k, v in sc.items() if k != "metadata"} | {"metadata": {
+                "name": sc["metadata"]["name"]}})
+        dynamic_class = next(sc["metadata"]["name"] for sc in inst.server.list("storage.k8s.io/v1", "StorageClass")
+                             if sc["provisioner"] == args["--driver-name"])
+        server.requests.clear()
+        options = LabellerOptions(LabellerSettings(args["--driver-name"]), leader_election=True, namespace=NAMESPACE)
+        replica = LabellerReplica(KubeApi(connect(server.url), backoff=FAST), options)
+        replica.start()
+
+        def label() -> str | None:
+            found = server.get("v1", "PersistentVolumeClaim", "data", NAMESPACE) or {}
+            return (found.get("metadata", {}).get("labels") or {}).get("localpv.dev/node")
+
+        try:
+            server.create(claim("data", dynamic_class, namespace=NAMESPACE, selected_node=NODE))
+            wait_for(lambda: label() == NODE, what="the claim labelled")
+            pvc = server.get("v1", "PersistentVolumeClaim", "data", NAMESPACE)
+            assert pvc is not None
+            del pvc["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]
+            server.update(pvc)
+            wait_for(lambda: label() is None, what="the label removed with the annotation")
+        finally:
+            replica.stop()
+        sa = deploy["spec"]["template"]["spec"]["serviceAccountName"]
+        assert refused(server, grants_for(inst, sa)) == []
+        used = {(r.verb, r.resource) for r in server.requests}
+        assert {("patch", "persistentvolumeclaims"), ("watch", "persistentvolumeclaims")} <= used
+        assert ("create", "leases") in used or ("update", "leases") in used
     finally:
         server.stop()

@@ -1,4 +1,4 @@
-"""The three long-running commands, as real processes against the emulator with a token
+"""The long-running commands, as real processes against the emulator with a token
 kubeconfig, do their job without ever importing the ``kubernetes`` package (an idle
 agent is 20 MiB larger with it, on every node of a DaemonSet). The process runs ``python -m localpv`` through a
 small wrapper whose thread writes ``sys.modules`` to a file when the test asks (a line
@@ -94,6 +94,18 @@ def node_cleanup(apiserver: ApiServer, tmp_path: Path, mounter: Mounter) -> tupl
     return args, lambda: pvs(apiserver) == []
 
 
+def claim_labeller(apiserver: ApiServer, tmp_path: Path, mounter: Mounter) -> tuple[list[str], Callable[[], object]]:
+    """A claim of a dynamic class scheduled to a node: labelled with it (leader-elected)."""
+    apiserver.create(storage_class("dyn", provisioner="local.csi.localpv.dev"))
+    apiserver.create(claim("data", "dyn", selected_node="n1"))
+
+    def labelled() -> bool:
+        found = apiserver.get("v1", "PersistentVolumeClaim", "data", "default") or {}
+        return (found["metadata"].get("labels") or {}).get(NODE_LABEL_KEY) == "n1"
+
+    return ["claim-labeller"], labelled
+
+
 @pytest.fixture
 def mounter() -> Iterator[Mounter]:
     m = Mounter()
@@ -104,7 +116,8 @@ def mounter() -> Iterator[Mounter]:
 
 
 @pytest.mark.root
-@pytest.mark.parametrize("command", [agent, nfs, node_cleanup], ids=["agent", "nfs", "node-cleanup"])
+@pytest.mark.parametrize("command", [agent, nfs, node_cleanup, claim_labeller],
+                         ids=["agent", "nfs", "node-cleanup", "claim-labeller"])
 def test_a_daemon_with_a_token_kubeconfig_works_without_the_kubernetes_package(
         command: Callable[[ApiServer, Path, Mounter], tuple[list[str], Callable[[], object]]],
         apiserver: ApiServer, kubeconfig: Path, tmp_path: Path, mounter: Mounter) -> None:

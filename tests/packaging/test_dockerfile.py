@@ -126,7 +126,7 @@ def test_entrypoint_is_the_localpv_command_the_chart_passes_args_to(instructions
 
     templates = (REPO / "helm" / "localpv" / "templates")
     commands = set(re.findall(r"args:\n\s+- ([a-z-]+)\n", "".join(p.read_text() for p in templates.glob("*.yaml"))))
-    assert commands == {"agent", "nfs", "node-cleanup"}
+    assert commands == {"agent", "nfs", "node-cleanup", "claim-labeller"}
     assert commands <= set(cli.commands)
 
 

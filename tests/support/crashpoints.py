@@ -54,10 +54,13 @@ import yaml
 from localpv.crashpoints import ENV_AT, ENV_TRACE
 from localpv.csi.proto import csi_pb2 as csi
 from localpv.csi.rpc import unary_call
+from localpv.kube.api import KubeApi
+from localpv.kube.transport import connect
 from localpv_emulator.apiserver import ApiError, ApiServer
 from localpv_emulator.objects import claim, node, storage_class
 from tests.support.campaign import Violation
 from tests.support.hostfs import LoopDevices, MiB, Mounter
+from tests.support.labeller import running_labeller
 
 NODE = "crash-node"
 DRIVER = "local.csi.localpv.dev"
@@ -159,6 +162,10 @@ def run_scenario(make: Callable[[], Scenario], crash_at: str | None, base: Path)
     server.start()
     scenario = make()
     trace = workdir / "trace"
+    # The claim labeller beside the daemon, as the chart runs it (dynamic claims reach the agent
+    # only once labelled); in this process, so that it outlives every crash of the daemon.
+    labeller = contextlib.ExitStack()
+    labeller.enter_context(running_labeller(KubeApi(connect(server.url))))
     try:
         argv, env = scenario.setup(workdir, server)
         run = Run(workdir, server, argv, env, crash_at)
@@ -189,6 +196,7 @@ def run_scenario(make: Callable[[], Scenario], crash_at: str | None, base: Path)
         with contextlib.suppress(Exception):
             run.stop()  # type: ignore[possibly-undefined]
         scenario.teardown()
+        labeller.close()
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -242,8 +242,12 @@ class DynamicCampaign(_Campaign):
         # (a container's processes die with it: no mount or e2fsck of a dead agent goes on).
         script = (f"mount --rbind {self.pools} {self.view} && mount --make-rslave {self.view} && "
                   f"exec {' '.join(agent)}")
+        # The claim labeller, as the chart runs it beside the agents: the agent sees a claim only
+        # once it is labelled with its node. It is killed and started again like the agent.
+        labeller = [sys.executable, "-m", "localpv", "claim-labeller", "--kubeconfig", str(kubeconfig),
+                    "--listen-address", "", "--no-leader-election", "--driver-name", DRIVER]
         return {"agent": ["unshare", "-m", "-p", "-f", "--kill-child", "--propagation", "unchanged", "--",
-                          "sh", "-c", script]}
+                          "sh", "-c", script], "labeller": labeller}
 
     def _teardown(self) -> None:
         if self._channel is not None:

@@ -126,8 +126,8 @@ def command_args(command: str, tmp_path: Path, kubeconfig: str, listen: str = "1
         export.mkdir(exist_ok=True)
         return ["nfs", "--nfs-server", "nfs.example", "--nfs-path", "/exports", "--provisioner-name", "example.com/nfs",
                 "--mount-dir", str(export), "--kubeconfig", kubeconfig, "--listen-address", listen]
-    if command == "node-cleanup":
-        return ["node-cleanup", "--kubeconfig", kubeconfig, "--listen-address", listen]
+    if command in ("node-cleanup", "claim-labeller"):
+        return [command, "--kubeconfig", kubeconfig, "--listen-address", listen]
     if command == "doctor":
         return ["doctor", "--config", CONFIG, "--node", "n1", "--kubeconfig", kubeconfig, "--on-host"]
     raise AssertionError(command)
@@ -136,7 +136,7 @@ def command_args(command: str, tmp_path: Path, kubeconfig: str, listen: str = "1
 # ------------------------------------------------------------------ --kubeconfig
 
 
-KUBECONFIG_COMMANDS = ["discover", "agent", "nfs", "node-cleanup", "doctor"]
+KUBECONFIG_COMMANDS = ["discover", "agent", "nfs", "node-cleanup", "claim-labeller", "doctor"]
 
 
 @pytest.mark.parametrize("kind", ["invalid-yaml", "directory", "binary", "missing", "not-a-mapping"])
@@ -160,7 +160,7 @@ def test_a_binary_kubeconfig_in_the_real_process() -> None:
 # ------------------------------------------------------------------ --listen-address
 
 
-LISTEN_COMMANDS = ["agent", "nfs", "node-cleanup"]
+LISTEN_COMMANDS = ["agent", "nfs", "node-cleanup", "claim-labeller"]
 
 
 @pytest.mark.parametrize(("address", "word"), [
@@ -178,7 +178,7 @@ def test_a_bad_listen_address_is_one_line(command: str, address: str, word: str,
 
 
 @pytest.mark.parametrize("path", ["metrics", "/a b", "/metrics?x=1"])
-@pytest.mark.parametrize("command", ["agent", "node-cleanup"])
+@pytest.mark.parametrize("command", ["agent", "node-cleanup", "claim-labeller"])
 def test_a_metrics_path_no_request_could_match_is_refused(command: str, path: str, tmp_path: Path,
                                                           refused_kubeconfig: str) -> None:
     """Without its leading "/" the metrics were served nowhere, and the agent said nothing."""
@@ -394,6 +394,9 @@ def test_usage_errors_are_one_line() -> None:
     assert_one_line_error(invoke("no-such-command"), "no-such-command")
     assert_one_line_error(invoke("node-cleanup", "--worker-threads", "0"), "--worker-threads")
     assert_one_line_error(invoke("node-cleanup", "--csi-driver-name", "Local_Driver"), "--csi-driver-name")
+    assert "got 'Not_A_Driver'" in assert_one_line_error(invoke("claim-labeller", "--driver-name", "Not_A_Driver"),
+                                                          "--driver-name")
+    assert_one_line_error(invoke("claim-labeller", "--report-after", "soon"), "--report-after", "soon")
 
 
 def test_a_deep_config_given_to_cleanup_is_one_line(tmp_path: Path) -> None:
