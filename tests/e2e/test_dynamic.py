@@ -224,12 +224,14 @@ def test_deleting_the_claim_removes_the_image(cluster: Cluster, dyn: Dynamic) ->
     assert not volume_dir.exists()
 
 
-def block_pod(cluster: Cluster, namespace: str, name: str, claim_name: str, script: str) -> tuple[str, str]:
+def block_pod(cluster: Cluster, namespace: str, name: str, claim_name: str, script: str,
+              hostname: str | None = None) -> tuple[str, str]:
     """Run ``script`` as root in a pod with the claim as the raw device /dev/xvda (a device
-    node belongs to root: the kubelet gives no fsGroup to a raw device); (phase, log)."""
+    node belongs to root: the kubelet gives no fsGroup to a raw device), on the suite's node
+    or the one whose hostname label is ``hostname``; (phase, log)."""
     cluster.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
         "restartPolicy": "Never", "securityContext": {"runAsUser": 0},
-        "nodeSelector": {"kubernetes.io/hostname": cluster.hostname}, "terminationGracePeriodSeconds": 1,
+        "nodeSelector": {"kubernetes.io/hostname": hostname or cluster.hostname}, "terminationGracePeriodSeconds": 1,
         "containers": [{"name": "work", "image": cluster.image, "imagePullPolicy": "IfNotPresent",
                         "command": ["sh", "-c", script],
                         "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]}],
