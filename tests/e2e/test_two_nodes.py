@@ -82,7 +82,7 @@ def fleet(release_factory: Callable[..., Release], cluster: Cluster, second: Obj
     pool, device = pool_disk(rel.host.root, "pool", 512 * MiB)
     block_class = f"{rel.storage_class}-block"
     rel.install({"image": cluster.image, "imagePullPolicy": "IfNotPresent",
-                 "agent": {"stateDir": f"{rel.host.state}/$(NODE_NAME)"},
+                 "agent": {"stateDir": f"{rel.host.state}/$(NODE_NAME)"}, "classes": [],
                  "dynamic": {"driverName": DRIVER, "kubeletDir": KUBELET_DIR_OF_NODE,
                              "pools": [{"name": "fleet", "hostDir": str(pool)}],
                              "classes": [{"name": block_class, "pool": "fleet"}]}})
