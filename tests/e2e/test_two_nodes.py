@@ -91,7 +91,7 @@ def fleet(release_factory: Callable[..., Release], cluster: Cluster, second: Obj
     finally:
         ns = rel.namespace
         for pod in cluster.list(PODS, ns):
-            if pod["metadata"]["labels"].get("app.kubernetes.io/component") != "agent":
+            if (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component") != "agent":
                 with contextlib.suppress(AssertionError):
                     cluster.delete_and_wait(PODS, pod["metadata"]["name"], ns, timeout=90)
         for pvc in cluster.list(PERSISTENT_VOLUME_CLAIMS, ns):
