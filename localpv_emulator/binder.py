@@ -91,7 +91,7 @@ def _parse_quantity(text: str) -> Fraction:
         raise QuantityError("quantities must match the regular expression "
                             "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
     number, suffix = match.group(1), match.group(2) or ""
-    if suffix[:1] in ("e", "E"):
+    if suffix not in _SUFFIX:  # an exponent (1e3, 1E2); E alone and Ei are suffixes
         return Fraction(number) * Fraction(10) ** int(suffix[1:])
     return Fraction(number) * _SUFFIX[suffix]
 

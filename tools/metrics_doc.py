@@ -108,6 +108,10 @@ UPSTREAM: dict[str, str] = {
     "localpv_dynamic_pool_images": "none",
     "localpv_dynamic_pool_unwritten_bytes": "none",
     "localpv_dynamic_pool_at_risk_bytes": "none",
+    "localpv_dynamic_capacity_bytes": "none (external-provisioner publishes the objects; kube-state-metrics can "
+                                      "read them)",
+    "localpv_dynamic_capacity_served": "none",
+    "localpv_dynamic_capacity_publish_failures_total": "none (external-provisioner logs its capacity errors)",
 }
 
 
@@ -139,6 +143,7 @@ def dynamic_registry() -> CollectorRegistry:
     metrics = DynamicMetrics()
     metrics.watch_pools(dict)
     metrics.watch_pool_risks(dict)
+    metrics.watch_capacity(dict, lambda: None)
     return metrics.registry
 
 

@@ -35,6 +35,8 @@ class AgentProcess:
     #: The kubelet's root directory: where dynamic volumes' sockets go.
     kubelet_dir: str = "/var/lib/kubelet"
     metrics_path: str = "/metrics"
+    #: Publish CSIStorageCapacity objects for the dynamic classes (the chart's ``dynamic.storageCapacity``).
+    capacity_tracking: bool = True
 
 
 class AgentService:
@@ -58,7 +60,9 @@ class AgentService:
                                              config=lambda: self.agent.config.current,
                                              state_dir=options.state_dir or "", kubelet_dir=self.process.kubelet_dir,
                                              registry=self.metrics.registry,
-                                             volume_health_period=options.volume_health_period)
+                                             volume_health_period=options.volume_health_period,
+                                             namespace=options.namespace,
+                                             capacity_tracking=self.process.capacity_tracking)
             except DynamicStartError as err:
                 raise AgentError(str(err)) from err
             self.agent.condition_sources.append(self.dynamic.conditions)

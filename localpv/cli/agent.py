@@ -90,11 +90,16 @@ def state_dir_problem(path: str) -> str | None:
                    "and block-device events start one).")
 @click.option("--kubelet-dir", default="/var/lib/kubelet", show_default=True, envvar="LOCALPV_KUBELET_DIR",
               help="The kubelet's root directory (dynamic volumes: where the CSI and registration sockets go).")
+@click.option("--capacity-tracking/--no-capacity-tracking", default=True, show_default=True,
+              envvar="LOCALPV_CAPACITY_TRACKING",
+              help="Publish a CSIStorageCapacity object per dynamic class for this node (env "
+                   "LOCALPV_CAPACITY_TRACKING; the chart sets it from dynamic.storageCapacity).")
 @kube_api_rate_options(AGENT_RATE, AGENT_EVENT_RATE)
 def agent(config_path: str, node_name: str, namespace: str, job_image: str | None,
           job_image_pull_secrets: tuple[str, ...], kubeconfig: str | None,
           listen_address: str, metrics_path: str, discovery_period: float, config_sync_period: float,
-          state_dir: str, host_events: bool, volume_health_period: float, kubelet_dir: str, kube_api_qps: float,
+          state_dir: str, host_events: bool, volume_health_period: float, kubelet_dir: str, capacity_tracking: bool,
+          kube_api_qps: float,
           kube_api_burst: int, event_qps: float, event_burst: int) -> None:
     """Run the node agent (the DaemonSet entrypoint).
 
@@ -132,7 +137,8 @@ def agent(config_path: str, node_name: str, namespace: str, job_image: str | Non
                            job_image_pull_secrets=job_image_pull_secrets, config_path=config_path,
                            discovery_period=discovery_period, config_sync_period=config_sync_period,
                            watch_host=host_events, state_dir=state_dir, volume_health_period=volume_health_period)
-    process = AgentProcess(options, loaded.config, kubelet_dir=kubelet_dir, metrics_path=metrics_path)
+    process = AgentProcess(options, loaded.config, kubelet_dir=kubelet_dir, metrics_path=metrics_path,
+                           capacity_tracking=capacity_tracking)
     try:
         run(process, journal, transport=transport, listener=listener,
             limiter=rate_limiter(kube_api_qps, kube_api_burst), event_limiter=rate_limiter(event_qps, event_burst))

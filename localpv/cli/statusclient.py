@@ -94,4 +94,8 @@ def _render_dynamic(dynamic: dict[str, Any]) -> list[str]:
                       _mib(p.get("promised")), _mib(p.get("unwritten")), str(p.get("images") or 0)))
     lines += ["", *_table(pools)]
     lines += [f"  at risk: {p['risk']}" for p in dynamic.get("pools") or [] if p.get("risk")]
+    published = dynamic.get("capacity") or []
+    if published:  # what this node's CSIStorageCapacity objects tell the scheduler
+        lines += ["", *_table([("STORAGECLASS", "PUBLISHED CAPACITY"),
+                               *((c["storageclass"], _mib(c.get("capacity"))) for c in published)])]
     return lines

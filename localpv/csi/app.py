@@ -15,8 +15,10 @@ from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry
 
+from localpv.clock import Clock
 from localpv.config import ProvisionerConfig
 from localpv.csi import provisioner as rules
+from localpv.csi.capacity import Room
 from localpv.csi.controller import DynamicController, DynamicSettings
 from localpv.csi.health import PoolRisk
 from localpv.csi.identity import IdentityService
@@ -24,6 +26,7 @@ from localpv.csi.journal import ImageJournal, ImageJournalError
 from localpv.csi.metrics import DynamicMetrics, PoolFigures
 from localpv.csi.node import SERVER_THREADS, NodeService
 from localpv.csi.pools import Pool, PoolState
+from localpv.csi.publisher import CapacityPublisher, CapacitySettings
 from localpv.csi.registration import RegistrationService, SocketPaths
 from localpv.csi.rpc import SocketInUse, UnixServer
 from localpv.csi.watch import HealthWatch
@@ -43,7 +46,8 @@ class DynamicVolumes:
 
     def __init__(self, api: KubeApi, *, node_name: str, config: Callable[[], ProvisionerConfig], state_dir: str,
                  kubelet_dir: str, registry: CollectorRegistry | None = None,
-                 volume_health_period: float = 60.0) -> None:
+                 volume_health_period: float = 60.0, namespace: str = "default",
+                 capacity: CapacitySettings | None = None, capacity_clock: Clock | None = None) -> None:
         self.config = config
         self._pools: dict[object, Pool] = {}
         self.journal = ImageJournal(os.path.join(state_dir, JOURNAL_FILE))
@@ -57,6 +61,14 @@ class DynamicVolumes:
         self.controller = DynamicController(api, DynamicSettings(node_name, hostname), config=config,
                                             pools=self.pools, journal=self.journal, recorder=self.recorder,
                                             metrics=self.metrics)
+        #: None when capacity tracking is off (the chart's ``dynamic.storageCapacity: false``).
+        self.capacity = None if capacity is None else CapacityPublisher(
+            api, node_name=node_name, namespace=namespace, config=config, rooms=self.rooms, settings=capacity,
+            clock=capacity_clock, on_failure=self.metrics.capacity_failures.inc)
+        if self.capacity is not None:
+            publisher = self.capacity
+            self.journal.listeners.append(publisher.poke)
+            self.metrics.watch_capacity(publisher.published, lambda: publisher.served)
         self.paths = SocketPaths(kubelet_dir, driver)
         self.node = NodeService(node_name, self.pools, on_expanded=self.controller.expander.filesystem_grown,
                                 recorded_mode=self._recorded_mode)
@@ -111,7 +123,22 @@ class DynamicVolumes:
                   "promised": f.committed, "unwritten": f.unwritten, "images": f.images,
                   "risk": risks[name].sentence() if name in risks else ""}
                  for name, f in sorted(self.pool_figures().items())]
-        return {"images": images, "pools": pools}
+        published = self.capacity.published() if self.capacity is not None else {}
+        return {"images": images, "pools": pools, "capacity": [
+            {"storageclass": name, "capacity": value} for name, value in sorted(published.items())]}
+
+    def rooms(self) -> dict[str, Room | None]:
+        """What each pool of this node's configuration can take now, thin and thick (None: the
+        pool is not usable now). Raises OSError when an account cannot be read (an image being
+        made or removed): the capacity publisher tries again at its next pass."""
+        found: dict[str, Room | None] = {}
+        for name, pool in self.pools().items():
+            if pool.state()[0] is not PoolState.READY:
+                found[name] = None
+                continue
+            account = self.controller.ledger.account(pool)
+            found[name] = Room(account.largest(thick=False), account.largest(thick=True))
+        return found
 
     def pool_risks(self) -> dict[str, PoolRisk]:
         """Pools at risk: what their thin images may still write exceeds their free space (less
@@ -159,6 +186,8 @@ class DynamicVolumes:
         self.recorder.start()
         self.controller.start()
         self.controller.supervisor.spawn("csi-health", self.watch.run)
+        if self.capacity is not None:
+            self.controller.supervisor.spawn("csi-capacity", self.capacity.run)
         self.csi_server.start()
         # Registration last: the kubelet calls NodeGetInfo on the CSI socket as soon as it sees it.
         self.registration_server.start()
@@ -166,6 +195,8 @@ class DynamicVolumes:
                  self.paths.csi, self.paths.registration)
 
     def stop(self) -> None:
+        if self.capacity is not None:
+            self.capacity.stop()
         self.watch.stop()
         self.registration_server.stop()
         self.csi_server.stop()
@@ -185,11 +216,13 @@ class DynamicStartError(Exception):
 
 
 def start_dynamic(api: KubeApi, *, node_name: str, config: Callable[[], ProvisionerConfig], state_dir: str,
-                  kubelet_dir: str, registry: CollectorRegistry, volume_health_period: float = 60.0) -> DynamicVolumes:
+                  kubelet_dir: str, registry: CollectorRegistry, volume_health_period: float = 60.0,
+                  namespace: str = "default", capacity_tracking: bool = True) -> DynamicVolumes:
     """The agent's hook: build and start everything dynamic volumes need on this node."""
     try:
         dynamic = DynamicVolumes(api, node_name=node_name, config=config, state_dir=state_dir,
-                                 kubelet_dir=kubelet_dir, registry=registry, volume_health_period=volume_health_period)
+                                 kubelet_dir=kubelet_dir, registry=registry, volume_health_period=volume_health_period,
+                                 namespace=namespace, capacity=CapacitySettings() if capacity_tracking else None)
         dynamic.start()
     except (ImageJournalError, SocketInUse) as err:
         raise DynamicStartError(str(err)) from err

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -100,6 +100,9 @@ class ImageJournal:
         self._lock = threading.Lock()
         self._records: dict[str, ImageRecord] = {}
         self.writes = 0
+        #: Called after each write that changed a record (outside the lock): the capacity
+        #: publisher's cue that a pool's account changed.
+        self.listeners: list[Callable[[], None]] = []
         if self.path is not None and self.path.exists():
             self._records = self._read(self.path)
 
@@ -155,6 +158,8 @@ class ImageJournal:
                 return
             self._write(updated)
             self._records = updated
+        for listener in self.listeners:
+            listener()
 
     def _write(self, records: Mapping[str, ImageRecord]) -> None:
         self.writes += 1

@@ -78,6 +78,9 @@ class DynamicMetrics:
         self.call_duration = Histogram("localpv_csi_call_duration_seconds", "Time to answer CSI calls.", ["method"],
                                        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 10, 60),
                                        registry=r)
+        self.capacity_failures = Counter("localpv_dynamic_capacity_publish_failures",
+                                         "Failed attempts to list or write this node's CSIStorageCapacity objects "
+                                         "(or to ask which version the cluster serves).", registry=r)
         for operation in OPERATIONS:
             for result in RESULTS:
                 self.operations.labels(operation, result)
@@ -101,3 +104,21 @@ class DynamicMetrics:
             "Bytes that thin images of a pool past its high-water mark may still write and its free space "
             "(less reserved) cannot hold; no series while the pool is not at risk.", ("pool",),
             lambda: {(pool,): float(unbacked) for pool, unbacked in read().items()}))
+
+    def watch_capacity(self, published: Callable[[], dict[str, int]], served: Callable[[], bool | None]) -> None:
+        """``localpv_dynamic_capacity_bytes{storageclass}``: what this node's CSIStorageCapacity
+        object of each class says (no series for a class without one); and
+        ``localpv_dynamic_capacity_served``: 1 once the cluster is found to serve the API at some
+        version, 0 when it serves none (nothing is published), absent before it answered."""
+        from localpv.gauges import LabelledGauge
+
+        self.registry.register(LabelledGauge(
+            "localpv_dynamic_capacity_bytes",
+            "The capacity this node's CSIStorageCapacity object of each dynamic class publishes (the largest "
+            "new volume the agent would accept now).", ("storageclass",),
+            lambda: {(name, ): float(value) for name, value in published().items()}))
+        self.registry.register(LabelledGauge(
+            "localpv_dynamic_capacity_served",
+            "1: the cluster serves CSIStorageCapacity and this node publishes its capacity; 0: it serves no version "
+            "of it, nothing is published.", (),
+            lambda: {} if (answer := served()) is None else {(): float(answer)}))

@@ -74,9 +74,10 @@ log = logging.getLogger(__name__)
 
 #: The verbs that change the cluster: each is a crash point once it is answered.
 _WRITES = frozenset({"create", "update", "patch", "delete"})
-#: Writes that are no step of a protocol: events (said, not kept) and leases (a leader's heartbeat,
-#: written on a period: leader election has tests of its own).
-_NOT_STEPS = frozenset({"events", "leases"})
+#: Writes that are no step of a protocol: events (said, not kept), leases (a leader's heartbeat,
+#: written on a period: leader election has tests of its own) and CSIStorageCapacity objects (a
+#: figure recomputed and written again from scratch at every pass: nothing to recover).
+_NOT_STEPS = frozenset({"events", "leases", "csistoragecapacities"})
 
 #: One page of a list: its items and the list's resourceVersion.
 Page = tuple[list[Obj], str]
@@ -296,6 +297,16 @@ class KubeApi:
 
     def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj:
         path = res.path(namespace, _q(name))
+        return self._retrying("get", res, lambda: self._request("get", res, "GET", path))
+
+    def discover(self, group: str, version: str = "") -> Obj:
+        """A discovery document: the group's (``/apis/<group>``, an APIGroup listing its
+        versions) or, with ``version``, that group version's APIResourceList. Raises
+        :class:`~localpv.kube.errors.NotFound` when the server does not serve it. Counted in
+        the request metrics as resource ``discovery``."""
+        res = Resource(group, version, "discovery", "Discovery", False)
+        root = f"/apis/{group}" if group else "/api"
+        path = f"{root}/{version}" if version else root
         return self._retrying("get", res, lambda: self._request("get", res, "GET", path))
 
     def list(

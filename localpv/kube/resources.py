@@ -50,3 +50,12 @@ LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 SELF_SUBJECT_ACCESS_REVIEWS = Resource(
     "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False
 )
+
+#: CSIStorageCapacity at each version a cluster may serve it, most preferred first: v1 (GA,
+#: from 1.24), v1beta1 (1.21 to 1.26), v1alpha1 (1.19 to 1.23, behind a feature gate and
+#: ``--runtime-config``). Which one a cluster serves is asked through discovery
+#: (:func:`localpv.kube.discovery.served_resource`), never assumed from its version.
+CSI_STORAGE_CAPACITIES = tuple(
+    Resource("storage.k8s.io", version, "csistoragecapacities", "CSIStorageCapacity", True)
+    for version in ("v1", "v1beta1", "v1alpha1")
+)

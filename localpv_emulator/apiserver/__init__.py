@@ -28,6 +28,10 @@ Known simplifications (each documented where it is implemented):
   deletes one by one, the two Event APIs are separate stores;
 * there is no authentication; authorization answers "allowed" unless a denial was added
   with :meth:`ApiServer.deny`;
+* CSIStorageCapacity is served at the versions its switch names (``capacity_versions``,
+  ``--capacity-versions`` or ``LOCALPV_EMULATOR_CAPACITY_VERSIONS``: any of v1, v1beta1,
+  v1alpha1; v1 by default), discovery answering accordingly; each version is its own store,
+  where the real server serves one object at every version;
 * ``fieldValidation`` is accepted and ignored: unknown fields are always dropped silently
   (``Ignore``, the only behaviour of a 1.20 server), never refused (``Strict``, what kubectl
   asks for) nor warned about.

@@ -12,23 +12,28 @@ if TYPE_CHECKING:
     from localpv_emulator.apiserver.server import ApiServer
 
 
-def _group_versions() -> list[tuple[str, str]]:
+def _served(server: ApiServer) -> list[ResourceType]:
+    """The resources this server serves (its switches leave some versions out)."""
+    return [rt for rt in RESOURCES if server.serves(rt)]
+
+
+def _group_versions(server: ApiServer) -> list[tuple[str, str]]:
     seen: dict[tuple[str, str], None] = {}
-    for rt in RESOURCES:
+    for rt in _served(server):
         if rt.group:
             seen[(rt.group, rt.version)] = None
     return list(seen)
 
 
-def _group_doc(group: str) -> Obj:
-    versions = [{"groupVersion": f"{g}/{v}", "version": v} for g, v in _group_versions() if g == group]
+def _group_doc(server: ApiServer, group: str) -> Obj:
+    versions = [{"groupVersion": f"{g}/{v}", "version": v} for g, v in _group_versions(server) if g == group]
     return {"name": group, "versions": versions, "preferredVersion": versions[0]}
 
 
-def _resource_list(group: str, version: str) -> Obj:
+def _resource_list(server: ApiServer, group: str, version: str) -> Obj:
     """An APIResourceList, with ``/status`` subresources listed as the real server does."""
     resources: list[Obj] = []
-    for rt in RESOURCES:
+    for rt in _served(server):
         if (rt.group, rt.version) != (group, version):
             continue
         entry: Obj = {"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
@@ -45,29 +50,30 @@ def _resource_list(group: str, version: str) -> Obj:
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
 
 
-def _openapi_root() -> Obj:
+def _openapi_root(server: ApiServer) -> Obj:
     """The OpenAPI v3 index: one document per group/version, as kubectl fetches them."""
     paths = {"api/v1": {"serverRelativeURL": f"/openapi/v3/api/v1?hash={_OPENAPI_HASH}"}}
-    for group, version in _group_versions():
+    for group, version in _group_versions(server):
         paths[f"apis/{group}/{version}"] = {
             "serverRelativeURL": f"/openapi/v3/apis/{group}/{version}?hash={_OPENAPI_HASH}"}
     return {"paths": paths}
 
 
-def _patch_paths(group_version: tuple[str, str] | None = None) -> Iterator[tuple[ResourceType, str]]:
+def _patch_paths(server: ApiServer, group_version: tuple[str, str] | None = None
+                 ) -> Iterator[tuple[ResourceType, str]]:
     """Each patchable resource with the path template of its objects, as OpenAPI names them."""
-    for rt in RESOURCES:
+    for rt in _served(server):
         if "patch" in rt.verbs and group_version in (None, (rt.group, rt.version)):
             yield rt, rt.path("{namespace}" if rt.namespaced else None, "{name}")
 
 
-def _openapi_document(group: str, version: str) -> Obj:
+def _openapi_document(server: ApiServer, group: str, version: str) -> Obj:
     """A minimal OpenAPI v3 document: only the PATCH operations and their ``fieldValidation``
     parameter, which is what kubectl looks for to use server-side field validation instead
     of downloading schemas (the emulator has none; kubectl then builds patches from its
     compiled-in types)."""
     paths: Obj = {}
-    for rt, item in _patch_paths((group, version)):
+    for rt, item in _patch_paths(server, (group, version)):
         paths[item] = {"patch": {
             "operationId": f"patch{rt.kind}",
             "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
@@ -98,7 +104,7 @@ def _pb(number: int, *parts: bytes | str) -> bytes:
     return _pb_varint(number << 3 | 2) + _pb_varint(len(data)) + data
 
 
-def _openapi_v2_protobuf() -> bytes:
+def _openapi_v2_protobuf(server: ApiServer) -> bytes:
     """``/openapi/v2`` as gnostic's ``openapi.v2.Document`` protobuf, reduced to PATCH operations
     with their ``fieldValidation`` parameter and GVK extension.
 
@@ -106,7 +112,7 @@ def _openapi_v2_protobuf() -> bytes:
     validates fields itself; without it, ``kubectl apply`` refuses to run.
     """
     items = []
-    for rt, path in _patch_paths():
+    for rt, path in _patch_paths(server):
         gvk = f'group: "{rt.group}"\nkind: {rt.kind}\nversion: {rt.version}\n'
         query_param = _pb(3, _pb(2, "query"), _pb(4, "fieldValidation"), _pb(6, "string"))
         parameter = _pb(8, _pb(1, _pb(2, query_param)))  # ParametersItem > Parameter > NonBodyParameter
@@ -128,22 +134,22 @@ def discovery_response(server: ApiServer, path: str) -> HttpResponse | None:
         return HttpResponse.of(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
             {"clientCIDR": "0.0.0.0/0", "serverAddress": address}]})
     if path == "/api/v1":
-        return HttpResponse.of(200, _resource_list("", "v1"))
+        return HttpResponse.of(200, _resource_list(server, "", "v1"))
     if path == "/apis":
-        groups = [_group_doc(g) for g in dict.fromkeys(g for g, _ in _group_versions())]
+        groups = [_group_doc(server, g) for g in dict.fromkeys(g for g, _ in _group_versions(server))]
         return HttpResponse.of(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
     if path == "/openapi/v2":
-        return HttpResponse(200, _openapi_v2_protobuf(), OPENAPI_V2_PROTOBUF)
+        return HttpResponse(200, _openapi_v2_protobuf(server), OPENAPI_V2_PROTOBUF)
     if path == "/openapi/v3":
-        return HttpResponse.of(200, _openapi_root())
+        return HttpResponse.of(200, _openapi_root(server))
     if path == "/openapi/v3/api/v1":
-        return HttpResponse.of(200, _openapi_document("", "v1"))
+        return HttpResponse.of(200, _openapi_document(server, "", "v1"))
     parts = path.split("/")[2:]
-    known = _group_versions()
+    known = _group_versions(server)
     if path.startswith("/openapi/v3/apis/") and tuple(parts[2:]) in known:
-        return HttpResponse.of(200, _openapi_document(parts[2], parts[3]))
+        return HttpResponse.of(200, _openapi_document(server, parts[2], parts[3]))
     if path.startswith("/apis/") and len(parts) == 1 and any(g == parts[0] for g, _ in known):
-        return HttpResponse.of(200, {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(parts[0])})
+        return HttpResponse.of(200, {"kind": "APIGroup", "apiVersion": "v1", **_group_doc(server, parts[0])})
     if path.startswith("/apis/") and len(parts) == 2 and tuple(parts) in known:
-        return HttpResponse.of(200, _resource_list(parts[0], parts[1]))
+        return HttpResponse.of(200, _resource_list(server, parts[0], parts[1]))
     return None

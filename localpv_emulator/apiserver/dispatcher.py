@@ -41,7 +41,7 @@ class Dispatcher:
             if doc is not None:
                 return doc
         route = parse_route(req.path)
-        if route is None:
+        if route is None or not self.server.serves(route.rt):
             raise ApiError.path_not_found()
         verb = route.verb(req.method, req.flag("watch"))
         info.verb, info.resource, info.subresource = verb, route.rt.plural, route.subresource

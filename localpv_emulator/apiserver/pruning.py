@@ -77,6 +77,10 @@ MODELS: dict[tuple[str, str], str] = {
     ("storage.k8s.io/v1", "StorageClass"): "V1StorageClass",
     ("storage.k8s.io/v1", "CSIDriver"): "V1CSIDriver",
     ("storage.k8s.io/v1", "CSINode"): "V1CSINode",
+    # One schema at its three versions: the client has the v1 model only.
+    ("storage.k8s.io/v1", "CSIStorageCapacity"): "V1CSIStorageCapacity",
+    ("storage.k8s.io/v1beta1", "CSIStorageCapacity"): "V1CSIStorageCapacity",
+    ("storage.k8s.io/v1alpha1", "CSIStorageCapacity"): "V1CSIStorageCapacity",
     ("batch/v1", "Job"): "V1Job",
     ("coordination.k8s.io/v1", "Lease"): "V1Lease",
     ("events.k8s.io/v1", "Event"): "EventsV1Event",

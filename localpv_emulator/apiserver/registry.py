@@ -5,6 +5,7 @@ from __future__ import annotations
 from localpv_emulator.apiserver.resources import ResourceType
 from localpv_emulator.apiserver.strategies import (
     CoreEventStrategy,
+    CSIStorageCapacityStrategy,
     DataStrategy,
     EventsV1Strategy,
     NamespaceStrategy,
@@ -19,6 +20,7 @@ from localpv_emulator.apiserver.strategies import (
 from localpv_emulator.apiserver.workloads import JobStrategy, PodStrategy, WorkloadStrategy
 
 _RBAC = RbacStrategy()
+_CAPACITY = CSIStorageCapacityStrategy()
 STRATEGIES: dict[tuple[str, str], Strategy] = {
     ("v1", "Namespace"): NamespaceStrategy(),
     ("v1", "Node"): NodeStrategy(),
@@ -41,6 +43,7 @@ STRATEGIES: dict[tuple[str, str], Strategy] = {
         "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
     }, status={"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
                "numberReady": 0}),  # non-omitempty ints: clients require them
+    **{(f"storage.k8s.io/{version}", "CSIStorageCapacity"): _CAPACITY for version in ("v1", "v1beta1", "v1alpha1")},
     **{("rbac.authorization.k8s.io/v1", kind): _RBAC
        for kind in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")},
 }

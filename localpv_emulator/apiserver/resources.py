@@ -95,6 +95,10 @@ RESOURCES: tuple[ResourceType, ...] = (
     # The chart's dynamic volumes ship a CSIDriver; kubelets report CSINodes.
     _R("storage.k8s.io", "v1", "csidrivers", "CSIDriver", False, returns_deleted=True),
     _R("storage.k8s.io", "v1", "csinodes", "CSINode", False, returns_deleted=True),
+    # Capacity tracking, at the three versions Kubernetes served it; which of them a server
+    # serves is its switch (ApiServer's capacity_versions): CAPACITY_VERSIONS.
+    *(_R("storage.k8s.io", version, "csistoragecapacities", "CSIStorageCapacity", True)
+      for version in ("v1", "v1beta1", "v1alpha1")),
     _R("batch", "v1", "jobs", "Job", True, status=True, fields=("status.successful",), categories=("all",)),
     _R("coordination.k8s.io", "v1", "leases", "Lease", True, create_on_update=True),
     _R("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
@@ -112,6 +116,13 @@ RESOURCES: tuple[ResourceType, ...] = (
     _R("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule", True, ("promrule",)),
 )
 del _R
+
+#: The versions of CSIStorageCapacity a server may serve (v1 from 1.24, v1beta1 1.21-1.26,
+#: v1alpha1 1.19-1.23); the emulator serves v1 unless told otherwise (its version is 1.31).
+CAPACITY_VERSIONS = ("v1", "v1beta1", "v1alpha1")
+#: The environment variable the standalone server and tests read the served versions from
+#: (comma-separated; empty or ``none``: none).
+CAPACITY_VERSIONS_ENV = "LOCALPV_EMULATOR_CAPACITY_VERSIONS"
 
 BY_PATH = {(rt.group, rt.version, rt.plural): rt for rt in RESOURCES}
 _BY_KIND = {(rt.api_version, rt.kind): rt for rt in RESOURCES}

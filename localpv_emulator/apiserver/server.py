@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,15 @@ from localpv_emulator.apiserver.dispatcher import Dispatcher
 from localpv_emulator.apiserver.faults import Faults
 from localpv_emulator.apiserver.httpserver import EmulatorHTTPServer
 from localpv_emulator.apiserver.requestlog import RequestLog
-from localpv_emulator.apiserver.resources import KUBE_VERSION, NAMESPACES, Obj, ResourceType, resource_for
+from localpv_emulator.apiserver.resources import (
+    CAPACITY_VERSIONS,
+    CAPACITY_VERSIONS_ENV,
+    KUBE_VERSION,
+    NAMESPACES,
+    Obj,
+    ResourceType,
+    resource_for,
+)
 from localpv_emulator.apiserver.store import DeleteOptions, Store
 from localpv_emulator.binder import PVBinder, Reconciler
 
@@ -41,7 +50,14 @@ class ApiServer:
         kube_version: str = KUBE_VERSION,
         host: str = "127.0.0.1",
         port: int = 0,
+        capacity_versions: Iterable[str] | None = None,
     ) -> None:
+        #: The versions of storage.k8s.io CSIStorageCapacity served (routing and discovery):
+        #: ``capacity_versions``, else the environment's ``LOCALPV_EMULATOR_CAPACITY_VERSIONS``
+        #: (comma-separated; empty or ``none``: none), else v1 as 1.24 and later serve it. Objects
+        #: of each version are stored apart (the real server stores one object served at every
+        #: version; a client uses one version, so no test sees the difference).
+        self.capacity_versions = capacity_version_switch(capacity_versions)
         self.store = Store(history_limit)
         self.faults = Faults(self, seed)
         self.requests = RequestLog()
@@ -140,6 +156,10 @@ class ApiServer:
                 if remaining <= 0:
                     raise TimeoutError("the emulator's controllers did not settle")
                 self.store.changed.wait(min(remaining, 0.05))
+
+    def serves(self, rt: ResourceType) -> bool:
+        """Whether requests and discovery see ``rt`` (its version switched on)."""
+        return rt.kind != "CSIStorageCapacity" or rt.version in self.capacity_versions
 
     @property
     def controller_failures(self) -> list[str]:
@@ -254,3 +274,17 @@ class ApiServer:
                 hit(v, verb) and hit(g, group) and hit(r, resource) and hit(n, namespace) and hit(s, subresource)
                 for v, g, r, n, s in self._denials
             )
+
+
+def capacity_version_switch(versions: Iterable[str] | None) -> frozenset[str]:
+    """The CSIStorageCapacity versions to serve: as given, else from the environment, else v1.
+    An unknown version is a ValueError naming the known ones."""
+    if versions is None:
+        raw = os.environ.get(CAPACITY_VERSIONS_ENV)
+        versions = ["v1"] if raw is None else [v.strip() for v in raw.split(",") if v.strip() not in ("", "none")]
+    chosen = frozenset(versions)
+    unknown = sorted(chosen - set(CAPACITY_VERSIONS))
+    if unknown:
+        raise ValueError(f"CSIStorageCapacity versions: expected some of {', '.join(CAPACITY_VERSIONS)}, "
+                         f"got {', '.join(unknown)}")
+    return chosen

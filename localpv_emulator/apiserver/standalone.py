@@ -7,7 +7,7 @@ import signal
 import threading
 from pathlib import Path
 
-from localpv_emulator.apiserver.resources import KUBE_VERSION
+from localpv_emulator.apiserver.resources import CAPACITY_VERSIONS_ENV, KUBE_VERSION
 from localpv_emulator.apiserver.server import ApiServer
 
 
@@ -22,9 +22,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history-limit", type=int, default=10000, help="watch events kept for resumes")
     parser.add_argument("--bookmark-interval", type=float, default=60.0, help="seconds between watch bookmarks")
     parser.add_argument("--kube-version", default=KUBE_VERSION, help="version reported by /version")
+    parser.add_argument("--capacity-versions", default=None, metavar="V[,V...]",
+                        help="storage.k8s.io versions of CSIStorageCapacity to serve, of v1, v1beta1, v1alpha1 "
+                             f"('none': none; default: env {CAPACITY_VERSIONS_ENV}, else v1)")
     args = parser.parse_args(argv)
-    server = ApiServer(binder=args.binder, job_completer=args.job_completer, history_limit=args.history_limit,
-                       bookmark_interval=args.bookmark_interval, kube_version=args.kube_version, port=args.port)
+    versions = None if args.capacity_versions is None else [
+        v.strip() for v in args.capacity_versions.split(",") if v.strip() not in ("", "none")]
+    try:
+        server = ApiServer(binder=args.binder, job_completer=args.job_completer, history_limit=args.history_limit,
+                           bookmark_interval=args.bookmark_interval, kube_version=args.kube_version, port=args.port,
+                           capacity_versions=versions)
+    except ValueError as err:
+        parser.error(f"--capacity-versions: {err}")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

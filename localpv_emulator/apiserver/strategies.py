@@ -19,7 +19,13 @@ from localpv_emulator.apiserver.validation import (
     name_problems,
 )
 from localpv_emulator.binder import QuantityError, parse_quantity
-from localpv_emulator.selectors import LabelSelector, SelectorError, node_selector_problems, qualified_name_problems
+from localpv_emulator.selectors import (
+    LabelSelector,
+    SelectorError,
+    label_value_problems,
+    node_selector_problems,
+    qualified_name_problems,
+)
 
 if TYPE_CHECKING:
     from localpv_emulator.apiserver.store import Store
@@ -268,6 +274,40 @@ class StorageClassStrategy(Strategy):
                 errs.forbidden(name, f"updates to {name} are forbidden.")
         if new.get("volumeBindingMode") != old.get("volumeBindingMode"):
             errs.immutable("volumeBindingMode", new.get("volumeBindingMode"))
+
+
+class CSIStorageCapacityStrategy(Strategy):
+    """``ValidateCSIStorageCapacity`` (the same at v1alpha1, v1beta1 and v1): a class name is
+    required, quantities are valid and not negative, the topology is a valid label selector;
+    the class and the topology cannot be changed."""
+
+    def validate(self, obj: Obj, errs: FieldErrors) -> None:
+        name = obj.get("storageClassName")
+        if not name:
+            errs.required("storageClassName")
+        else:
+            _check_class_name(errs, "storageClassName", name)
+        for field in ("capacity", "maximumVolumeSize"):
+            if obj.get(field) is not None:
+                check_quantity(errs, field, obj[field])
+        topology = obj.get("nodeTopology")
+        if topology is not None:
+            try:
+                selector = LabelSelector.from_object(topology)
+            except SelectorError as exc:
+                errs.invalid("nodeTopology", topology, str(exc))
+            else:
+                for requirement in selector.requirements:
+                    for problem in qualified_name_problems(requirement.key):
+                        errs.invalid("nodeTopology", requirement.key, problem)
+                    for value in requirement.values:
+                        for problem in label_value_problems(value):
+                            errs.invalid("nodeTopology", value, problem)
+
+    def validate_update(self, new: Obj, old: Obj, errs: FieldErrors) -> None:
+        for name in ("storageClassName", "nodeTopology"):
+            if new.get(name) != old.get(name):
+                errs.immutable(name, new.get(name))
 
 
 class DataStrategy(Strategy):

@@ -96,6 +96,7 @@ def test_node_selectors() -> None:
 @pytest.mark.parametrize(("text", "value"), [
     ("1Gi", Fraction(1024**3)), ("500M", Fraction(500 * 10**6)), ("1.5Ki", Fraction(1536)),
     ("100m", Fraction(1, 10)), ("1e3", Fraction(1000)), ("0", Fraction(0)), ("2", Fraction(2)),
+    ("1Ei", Fraction(1024**6)), ("2E", Fraction(2 * 10**18)), ("1E2", Fraction(100)),
 ])
 def test_quantities(text: str, value: Fraction) -> None:
     assert parse_quantity(text) == value

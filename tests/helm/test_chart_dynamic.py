@@ -48,6 +48,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "another-variable": _dynamic(kubeletDir="/data/nodes/$(HOSTNAME)/kubelet"),
     "state-and-kubelet-from-one-dir": {**_dynamic(kubeletDir="/data/$(NODE_NAME)/kubelet"),
                                        "agent": {"stateDir": "/data/$(NODE_NAME)/localpv"}},
+    "no-capacity-tracking": _dynamic(storageCapacity=False),
 }
 #: Each refused scenario and the words its message must hold.
 REFUSED: dict[str, list[str]] = {
@@ -70,12 +71,15 @@ REFUSED: dict[str, list[str]] = {
 }
 
 
-def _csidriver_of_an_earlier_build(policy: str | None) -> dict[str, Any]:
-    """The CSIDriver as a build before fsGroupPolicy File left it, owned by the same release
-    (so that Helm takes it over), with the policy the API server gave it (None: dropped)."""
+def _csidriver_of_an_earlier_build(policy: str | None, capacity: bool | None = None) -> dict[str, Any]:
+    """The CSIDriver as a build before fsGroupPolicy File (or before storageCapacity) left it,
+    owned by the same release (so that Helm takes it over), with the policy the API server gave
+    it (None: dropped) and its storageCapacity (None: none)."""
     spec: dict[str, Any] = {"attachRequired": False, "podInfoOnMount": False, "volumeLifecycleModes": ["Persistent"]}
     if policy is not None:
         spec["fsGroupPolicy"] = policy
+    if capacity is not None:
+        spec["storageCapacity"] = capacity
     return {"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
             "metadata": {"name": DRIVER_NAME, "labels": {"app.kubernetes.io/managed-by": "Helm"},
                          "annotations": {"meta.helm.sh/release-name": RELEASE,
@@ -92,12 +96,23 @@ UPGRADES: dict[str, tuple[str, str | None]] = {
 }
 
 
+#: Upgrades over a CSIDriver an earlier build made: (Kubernetes version, its storageCapacity).
+CAPACITY_UPGRADES: dict[str, tuple[str, bool | None]] = {
+    "capacity-over-none@1.20": ("1.20.0", None),
+    "capacity-over-false@1.22": ("1.22.0", False),
+    "capacity-over-none@1.23": ("1.23.0", None),
+}
+
+
 @pytest.fixture(scope="module")
 def installs(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
     done = {name: Install(values) for name, values in SCENARIOS.items()}
     for name, (version, policy) in UPGRADES.items():
         done[name] = Install(DYNAMIC, server=ApiServer(binder=True, kube_version=version),
                              existing=[_csidriver_of_an_earlier_build(policy)])
+    for name, (version, capacity) in CAPACITY_UPGRADES.items():
+        done[name] = Install(DYNAMIC, server=ApiServer(binder=True, kube_version=version),
+                             existing=[_csidriver_of_an_earlier_build("File", capacity)])
     with helm_runs(helm_python, done, tmp_path_factory.mktemp("helm")) as installs:
         yield installs
 
@@ -192,3 +207,52 @@ def test_dirs_without_the_node_name_are_mounted_as_they_are(installs: dict[str, 
     assert volumes["kubelet-dir"] == "/var/lib/kubelet" and volumes["state"] == "/var/lib/localpv"
     assert {"name": "LOCALPV_KUBELET_DIR", "value": "/var/lib/kubelet"} in agent["env"]
     assert "--state-dir=/var/lib/localpv" in agent["args"]
+
+
+def _capacity_env(inst: Install) -> str:
+    [ds] = inst.rendered("DaemonSet")
+    [agent] = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "provisioner"]
+    return str(next(e["value"] for e in agent["env"] if e["name"] == "LOCALPV_CAPACITY_TRACKING"))
+
+
+def test_capacity_tracking_is_on_by_default_with_its_rbac(installs: dict[str, Install]) -> None:
+    """The CSIDriver says storageCapacity: true, the agents are told to publish, and may write
+    CSIStorageCapacity objects in the release namespace only (a Role, no cluster-wide grant)."""
+    inst = installed(installs, "dynamic")
+    assert inst.one("storage.k8s.io/v1", "CSIDriver")["spec"]["storageCapacity"] is True
+    assert _capacity_env(inst) == "true"
+    [role] = [r for r in inst.rendered("Role") if "capacity" in r["metadata"]["name"]]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [{"apiGroups": ["storage.k8s.io"], "resources": ["csistoragecapacities"],
+                              "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]
+    [binding] = [b for b in inst.rendered("RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    for cluster_role in inst.rendered("ClusterRole"):
+        assert all("csistoragecapacities" not in r["resources"] for r in cluster_role["rules"])
+
+
+def test_capacity_tracking_off_publishes_nothing_and_grants_nothing(installs: dict[str, Install]) -> None:
+    inst = installed(installs, "no-capacity-tracking")
+    assert inst.one("storage.k8s.io/v1", "CSIDriver")["spec"]["storageCapacity"] is False
+    assert _capacity_env(inst) == "false"
+    assert not [r for r in inst.rendered("Role") if "capacity" in r["metadata"]["name"]]
+
+
+@pytest.mark.parametrize("name", sorted(CAPACITY_UPGRADES))
+def test_an_existing_csidriver_keeps_its_storage_capacity_where_it_cannot_change(
+        installs: dict[str, Install], name: str) -> None:
+    """Before Kubernetes 1.23 storageCapacity cannot change on an existing CSIDriver: a `helm
+    upgrade` from a build without it would fail there ("field is immutable"). The chart keeps
+    the existing value (none: the field left out) and says how to change it; from 1.23 it sets
+    the value."""
+    version, capacity = CAPACITY_UPGRADES[name]
+    inst = installed(installs, name)
+    [rendered] = inst.rendered("CSIDriver")
+    if version >= "1.23":
+        assert rendered["spec"]["storageCapacity"] is True
+        assert "keeps storageCapacity" not in inst.notes
+        return
+    assert rendered["spec"].get("storageCapacity") == capacity
+    kept = "(none: false)" if capacity is None else str(capacity).lower()
+    assert f"keeps storageCapacity {kept}" in inst.notes
+    assert "keeps fsGroupPolicy" not in inst.notes  # its fsGroupPolicy was File already

@@ -67,6 +67,24 @@ def test_every_api_version_localpv_calls_is_served_by_each_validated_release(ver
     assert not missing, f"Kubernetes {version} does not serve {missing}"
 
 
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+def test_each_validated_release_serves_capacity_tracking_at_one_of_the_versions_localpv_asks_for(
+        version: str) -> None:
+    """CSIStorageCapacity is asked for at v1, v1beta1, v1alpha1 (discovery picks): each validated
+    release has a schema for at least one of them."""
+    served = []
+    for resource in resources.CSI_STORAGE_CAPACITIES:
+        obj = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": {"name": "x"}}
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            continue
+        except kubernetes_validate.ValidationError:
+            pass
+        served.append(resource.version)
+    assert "v1" in served, f"Kubernetes {version} serves CSIStorageCapacity at {served}"
+
+
 def test_each_behaviour_change_names_its_release_and_source() -> None:
     rows = table("Behaviour changes since 1.20")
     assert len(rows) >= 10

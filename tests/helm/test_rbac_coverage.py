@@ -20,9 +20,12 @@ import pytest
 from localpv.agent.journal import Journal
 from localpv.agent.node import AgentOptions, NodeAgent
 from localpv.config import parse_config, read_config_data
+from localpv.csi.capacity import Room
+from localpv.csi.publisher import CapacityPublisher, CapacitySettings
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
 from localpv.kube.transport import connect
+from localpv.naming import MiB
 from localpv.nfs.app import NfsOptions, NfsReplica
 from localpv.nfs.controller import ControllerSettings
 from localpv.nfs.provisioner import NfsSource
@@ -48,13 +51,18 @@ AGENT_VALUES: dict[str, Any] = {
 }
 NFS_VALUES: dict[str, Any] = {"nfs": {"server": "nfs.example.com", "path": "/exports"},
                               "storageClass": {"onDelete": "delete"}}
+DYNAMIC_VALUES: dict[str, Any] = {"dynamic": {"pools": [{"name": "fast", "hostDir": "/mnt/pools/fast"}],
+                                              "classes": [{"name": "dyn", "pool": "fast"},
+                                                          {"name": "dyn-thick", "pool": "fast",
+                                                           "provisioning": "thick"}]}}
 CLEANUP_VALUES: dict[str, Any] = {"nodeCleanup": {"enabled": True},
                                   "classes": [{"name": "local-fs", "hostDir": "/mnt/local-fs"}]}
 
 
 @pytest.fixture(scope="module")
 def charts(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Install]]:
-    done = {"agent": Install(AGENT_VALUES), "nfs": Install(NFS_VALUES), "node-cleanup": Install(CLEANUP_VALUES)}
+    done = {"agent": Install(AGENT_VALUES), "nfs": Install(NFS_VALUES), "node-cleanup": Install(CLEANUP_VALUES),
+            "dynamic": Install(DYNAMIC_VALUES)}
     with helm_runs(helm_python, done, tmp_path_factory.mktemp("helm")) as installs:
         for name, inst in installs.items():
             assert inst.error is None, f"{name}: {inst.error}"
@@ -195,6 +203,42 @@ def test_agent_lifecycle_needs_nothing_beyond_the_charts_rbac(
         assert refused(server, grants_for(inst, sa)) == []
         used = {(r.verb, r.resource) for r in server.requests}
         assert {("update", "nodes"), ("create", "jobs"), ("delete", "persistentvolumes")} <= used
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1", "v1alpha1"])
+def test_capacity_publishing_needs_nothing_beyond_the_charts_rbac(charts: dict[str, Install], version: str,
+                                                                   tmp_path: Path) -> None:
+    """The capacity publisher creates, updates and deletes its node's CSIStorageCapacity objects
+    (at each version a cluster may serve) with only the chart's grants. Its inputs are data here
+    (the pools' room): what it asks of the API is the question."""
+    inst = charts["dynamic"]
+    sa = inst.one("apps/v1", "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"]
+    for key, value in inst.one("v1", "ConfigMap")["data"].items():
+        (tmp_path / key).write_text(value)
+    config = parse_config(read_config_data(tmp_path)).config
+    rooms: dict[str, Room | None] = {"fast": Room(thin=100 * MiB, thick=50 * MiB)}
+    server = ApiServer(binder=False, capacity_versions=(version,)).start()
+    try:
+        server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        server.create(node(NODE))
+        publisher = CapacityPublisher(KubeApi(connect(server.url), backoff=FAST), node_name=NODE,
+                                      namespace=NAMESPACE, config=lambda: config, rooms=lambda: rooms,
+                                      settings=CapacitySettings(min_interval=0.0))
+        kind = f"storage.k8s.io/{version}"
+        publisher.run_pass()
+        assert {o["capacity"] for o in server.list(kind, "CSIStorageCapacity", NAMESPACE)} == {"100Mi", "50Mi"}
+        rooms["fast"] = Room(thin=10 * MiB, thick=0)
+        publisher.run_pass()
+        assert {o["capacity"] for o in server.list(kind, "CSIStorageCapacity", NAMESPACE)} == {"10Mi", "0"}
+        rooms.clear()
+        publisher.run_pass()
+        assert server.list(kind, "CSIStorageCapacity", NAMESPACE) == []
+        used = {(r.verb, r.resource) for r in server.requests}
+        assert {("create", "csistoragecapacities"), ("update", "csistoragecapacities"),
+                ("delete", "csistoragecapacities"), ("list", "csistoragecapacities")} <= used
+        assert refused(server, grants_for(inst, sa)) == []
     finally:
         server.stop()
 

@@ -232,6 +232,30 @@ File
 {{- end }}
 {{- end }}
 
+{{/* Whether the agents publish CSIStorageCapacity objects ("true" or ""): dynamic.storageCapacity,
+default true. */}}
+{{- define "localpv.capacityTracking" -}}
+{{- if ternary .Values.dynamic.storageCapacity true (hasKey .Values.dynamic "storageCapacity") }}true{{ end }}
+{{- end }}
+
+{{/*
+The CSIDriver's storageCapacity: dynamic.storageCapacity, unless the CSIDriver exists already on
+a Kubernetes before 1.23, where the field cannot change (it became mutable in 1.23): a `helm
+upgrade` from a build whose CSIDriver had no storageCapacity would fail on that object with
+"spec: ... field is immutable". It keeps the value it has there ("" when it has none: the
+default, false), and NOTES.txt says how to change it. With `helm template` (no cluster) lookup
+finds nothing: the value.
+*/}}
+{{- define "localpv.csiStorageCapacity" -}}
+{{- $live := lookup "storage.k8s.io/v1" "CSIDriver" "" .Values.dynamic.driverName }}
+{{- if and $live (semverCompare "<1.23-0" .Capabilities.KubeVersion.Version) }}
+{{- $kept := dig "spec" "storageCapacity" "" $live }}
+{{- if kindIs "bool" $kept }}{{ $kept }}{{ end }}
+{{- else -}}
+{{ include "localpv.capacityTracking" . | eq "true" }}
+{{- end }}
+{{- end }}
+
 {{/* The NFS provisioner's PROVISIONER_NAME: keep the old one when migrating (the
 StorageClass's provisioner field is immutable and every existing PV names it). */}}
 {{- define "localpv.nfsProvisionerName" -}}
