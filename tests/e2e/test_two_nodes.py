@@ -21,21 +21,43 @@ node-down.sh and node-up.sh), and puts the node back at its end.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from localpv.agent.statedir import LOCK_FILE
-from localpv.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, PODS, Resource
-from tests.e2e.cluster import Cluster, Obj, wait_for
+from localpv.kube.discovery import served_resource
+from localpv.kube.resources import (
+    CSI_STORAGE_CAPACITIES,
+    NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    PODS,
+    Resource,
+)
+from localpv.naming import parse_quantity
+from tests.e2e.cluster import CHART, Cluster, Obj, wait_for
 from tests.e2e.conftest import Release
-from tests.e2e.test_dynamic import CSI_NODES, DRIVER, KUBELET_DIR, MiB, block_pod, bound_pv, pool_disk
+from tests.e2e.test_dynamic import (
+    CSI_NODES,
+    DRIVER,
+    FS_GROUP,
+    KUBELET_DIR,
+    MiB,
+    block_pod,
+    bound_pv,
+    claim,
+    pool_disk,
+)
 
 pytestmark = pytest.mark.e2e
 STATEFUL_SETS = Resource("apps", "v1", "statefulsets", "StatefulSet", True)
+TOPOLOGY_KEY = "topology.localpv.dev/node"
 #: The kubelet's root dir with the node's name as `$(NODE_NAME)` (realk8s: DATA/nodes/$(NODE_NAME)/kubelet);
 #: default: the same dir on every node (LOCALPV_E2E_KUBELET_DIR), as on nodes that are hosts of their own.
 KUBELET_DIR_OF_NODE = os.environ.get("LOCALPV_E2E_KUBELET_DIR_OF_NODE") or KUBELET_DIR
@@ -67,27 +89,47 @@ def hostname_of(node: Obj) -> str:
 # ---------------------------------------------------------------- one DaemonSet on both nodes
 
 
+def chart_has_node_overrides() -> bool:
+    """Whether this checkout's chart takes per-node overrides of a pool (issue 25.5)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    pool = schema["properties"]["dynamic"]["properties"]["pools"]["items"]["properties"]
+    return "nodes" in pool
+
+
+NODE_OVERRIDES = chart_has_node_overrides()
+needs_node_overrides = pytest.mark.skipif(not NODE_OVERRIDES, reason="needs per-node pool directories "
+                                          "(dynamic.pools[].nodes, issue 25.5)")
+#: The pools' sizes: the first node's small, the second's large (each an ext4 on a loop device).
+FIRST_POOL, SECOND_POOL = 160 * MiB, 768 * MiB
+
+
 class Fleet:
-    def __init__(self, rel: Release, block_class: str) -> None:
+    def __init__(self, rel: Release, thin_class: str, first_pool: Path, second_pool: Path) -> None:
         self.rel = rel
-        self.block_class = block_class
+        self.thin_class = thin_class
+        self.first_pool = first_pool
+        self.second_pool = second_pool
 
 
 @pytest.fixture(scope="module")
 def fleet(release_factory: Callable[..., Release], cluster: Cluster, second: Obj) -> Iterator[Fleet]:
     """A release whose agent runs on every node, with the journal and the kubelet dir named by
-    node. Its pool is one directory of this host for both agents until pools can differ per node
-    (issue 25.5); only the second node makes images in it here."""
+    node, and one thin class whose pool is a small disk on the first node and a large one on the
+    second (a per-node override, issue 25.5). A chart without overrides gets one pool directory
+    for both agents (this host's), where only the second node makes images here."""
     rel = release_factory("fleet", storage_class=False)
-    pool, device = pool_disk(rel.host.root, "pool", 512 * MiB)
-    block_class = f"{rel.storage_class}-block"
+    disks = [pool_disk(rel.host.root, "pool1", FIRST_POOL)]
+    pool: dict[str, Any] = {"name": "fleet", "hostDir": str(disks[0][0])}
+    if NODE_OVERRIDES:
+        disks.append(pool_disk(rel.host.root, "pool2", SECOND_POOL))
+        pool["nodes"] = [{"name": second["metadata"]["name"], "hostDir": str(disks[1][0])}]
+    thin_class = f"{rel.storage_class}-thin"
     rel.install({"image": cluster.image, "imagePullPolicy": "IfNotPresent",
                  "agent": {"stateDir": f"{rel.host.state}/$(NODE_NAME)"}, "classes": [],
-                 "dynamic": {"driverName": DRIVER, "kubeletDir": KUBELET_DIR_OF_NODE,
-                             "pools": [{"name": "fleet", "hostDir": str(pool)}],
-                             "classes": [{"name": block_class, "pool": "fleet"}]}})
+                 "dynamic": {"driverName": DRIVER, "kubeletDir": KUBELET_DIR_OF_NODE, "pools": [pool],
+                             "classes": [{"name": thin_class, "pool": "fleet"}]}})
     try:
-        yield Fleet(rel, block_class)
+        yield Fleet(rel, thin_class, disks[0][0], disks[-1][0])
     finally:
         ns = rel.namespace
         for pod in cluster.list(PODS, ns):
@@ -98,13 +140,14 @@ def fleet(release_factory: Callable[..., Release], cluster: Cluster, second: Obj
             cluster.delete(PERSISTENT_VOLUME_CLAIMS, pvc["metadata"]["name"], ns)
 
         def ours() -> list[Obj]:
-            return [pv for pv in cluster.list(PERSISTENT_VOLUMES) if pv["spec"].get("storageClassName") == block_class]
+            return [pv for pv in cluster.list(PERSISTENT_VOLUMES) if pv["spec"].get("storageClassName") == thin_class]
         with contextlib.suppress(AssertionError):
             wait_for(lambda: not ours() or None, 120, "the dynamic PVs to be deleted by the agent")
         for pv in ours():
             cluster.delete(PERSISTENT_VOLUMES, pv["metadata"]["name"])
-        subprocess.run(["umount", "-l", str(pool)], check=False)
-        subprocess.run(["losetup", "-d", device], check=False)
+        for path, device in disks:
+            subprocess.run(["umount", "-l", str(path)], check=False)
+            subprocess.run(["losetup", "-d", device], check=False)
 
 
 def agents_by_node(cluster: Cluster, namespace: str) -> dict[str, Obj]:
@@ -147,7 +190,7 @@ def test_a_pod_on_the_second_node_writes_and_reads_a_raw_block_volume(cluster: C
     ns, host = fleet.rel.namespace, hostname_of(second)
     cluster.create(PERSISTENT_VOLUME_CLAIMS, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                                               "metadata": {"name": "raw2"},
-                                              "spec": {"storageClassName": fleet.block_class, "volumeMode": "Block",
+                                              "spec": {"storageClassName": fleet.thin_class, "volumeMode": "Block",
                                                        "accessModes": ["ReadWriteOnce"],
                                                        "resources": {"requests": {"storage": "16Mi"}}}}, ns)
     phase, log = block_pod(cluster, ns, "raw2-writer", "raw2",
@@ -161,6 +204,7 @@ def test_a_pod_on_the_second_node_writes_and_reads_a_raw_block_volume(cluster: C
     assert [e["values"] for t in terms for e in t["matchExpressions"]] == [[second["metadata"]["name"]]], terms
     writer = cluster.get(PODS, "raw2-writer", ns) or {}
     assert writer["spec"]["nodeName"] == second["metadata"]["name"]
+    assert (fleet.second_pool / pv["metadata"]["name"] / "disk.img").stat().st_size == 16 * MiB
     cluster.delete_and_wait(PODS, "raw2-writer", ns)
     phase, log = block_pod(cluster, ns, "raw2-reader", "raw2",
                            "dd if=/dev/xvda bs=4096 skip=77 count=1 2>/dev/null | tr -d '\\000'", hostname=host)
@@ -169,6 +213,98 @@ def test_a_pod_on_the_second_node_writes_and_reads_a_raw_block_volume(cluster: C
     cluster.delete_and_wait(PODS, "raw2-reader", ns)
     cluster.delete(PERSISTENT_VOLUME_CLAIMS, "raw2", ns)
     wait_for(lambda: cluster.get(PERSISTENT_VOLUMES, pv["metadata"]["name"]) is None, 120, "the PV to be deleted")
+
+
+# ---------------------------------------------------------------- capacity tracking (issue 25.1)
+
+
+def capacities(cluster: Cluster, namespace: str, storage_class: str) -> dict[str, int]:
+    """The CSIStorageCapacity objects the agents published for a class: node name to bytes."""
+    # At the version the cluster serves (1.20: v1alpha1, switched on by .ci/e2e), as the agents find it.
+    served = served_resource(cluster.api, CSI_STORAGE_CAPACITIES)
+    assert served is not None, "the cluster serves no CSIStorageCapacity version"
+    out = {}
+    for obj in cluster.list(served, namespace):
+        node = ((obj.get("nodeTopology") or {}).get("matchLabels") or {}).get(TOPOLOGY_KEY)
+        if obj.get("storageClassName") == storage_class and node and obj.get("capacity") is not None:
+            out[str(node)] = int(parse_quantity(str(obj["capacity"])))
+    return out
+
+
+def published(cluster: Cluster, fleet: Fleet, nodes: list[str], rule: Callable[[dict[str, int]], bool],
+              what: str) -> dict[str, int]:
+    def check() -> dict[str, int] | None:
+        found = capacities(cluster, fleet.rel.namespace, fleet.thin_class)
+        return found if all(n in found for n in nodes) and rule(found) else None
+    return wait_for(check, 120, f"capacity objects of {fleet.thin_class} where {what}", interval=0.5)
+
+
+def unpinned_pod(cluster: Cluster, namespace: str, name: str, claim_name: str, script: str) -> None:
+    """A pod with no node selector: where it runs is the scheduler's choice."""
+    cluster.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "securityContext": {"fsGroup": FS_GROUP},
+        "containers": [{"name": "work", "image": cluster.image, "imagePullPolicy": "IfNotPresent",
+                        "command": ["sh", "-c", script], "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}]}}, namespace)
+
+
+def reasons_on(cluster: Cluster, namespace: str, name: str) -> list[str]:
+    return [str(e.get("reason")) for e in cluster.events(namespace)
+            if (e.get("involvedObject") or {}).get("name") == name]
+
+
+@needs_node_overrides
+def test_claims_that_fit_only_the_second_node_are_provisioned_there_at_the_first_try(
+        cluster: Cluster, fleet: Fleet, second: Obj) -> None:
+    """Each agent publishes its node's room for the class; the scheduler places pods that need
+    more than the first node's pool has on the second node at once: no claim is ever refused by
+    an agent and rescheduled (which, placing blind, half of them would be)."""
+    ns, node2 = fleet.rel.namespace, second["metadata"]["name"]
+    size = 200 * MiB
+    nodes = [cluster.node, node2]
+    before = published(cluster, fleet, nodes, lambda c: c[cluster.node] < size and c[node2] >= 2 * size,
+                       f"only {node2} has room for two claims of {size >> 20} MiB")
+    for name in ("fits2-a", "fits2-b"):
+        claim(cluster, ns, name, fleet.thin_class, f"{size >> 20}Mi")
+        unpinned_pod(cluster, ns, f"{name}-user", name, "echo kept > /data/f && cat /data/f")
+    for name in ("fits2-a", "fits2-b"):
+        pod = wait_for(lambda n=name: (p := cluster.get(PODS, f"{n}-user", ns)) and
+                       (p.get("status") or {}).get("phase") in ("Succeeded", "Failed") and p, 180,
+                       f"pod {name}-user to finish")
+        assert pod["status"]["phase"] == "Succeeded", cluster.pod_log(f"{name}-user", ns)
+        assert pod["spec"]["nodeName"] == node2
+        pv = bound_pv(cluster, ns, name)
+        terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+        assert [e["values"] for t in terms for e in t["matchExpressions"]] == [[node2]], terms
+        assert (fleet.second_pool / pv["metadata"]["name"] / "disk.img").exists()
+        reasons = reasons_on(cluster, ns, name)
+        assert "ProvisioningFailed" not in reasons and "ProvisioningSucceeded" in reasons, reasons
+    # The second node's figure went down by what was promised (thin, overcommit 1).
+    published(cluster, fleet, nodes, lambda c: c[node2] <= before[node2] - 2 * size,
+              f"{node2}'s room less the two claims")
+
+
+@needs_node_overrides
+def test_a_claim_that_fits_no_node_waits_with_the_schedulers_reason(cluster: Cluster, fleet: Fleet,
+                                                                   second: Obj) -> None:
+    """Both pools too full for the claim: the scheduler says so on the pod and leaves the claim
+    alone (no node is selected, no agent is asked)."""
+    ns, node2 = fleet.rel.namespace, second["metadata"]["name"]
+    room = published(cluster, fleet, [cluster.node, node2], lambda c: True, "both nodes have a figure")
+    size = max(room.values()) + 64 * MiB
+    claim(cluster, ns, "too-big", fleet.thin_class, f"{size >> 20}Mi")
+    unpinned_pod(cluster, ns, "too-big-user", "too-big", "true")
+    event = wait_for(lambda: [e for e in cluster.events(ns) if e.get("reason") == "FailedScheduling"
+                              and (e.get("involvedObject") or {}).get("name") == "too-big-user"] or None, 120,
+                     "a FailedScheduling event on the pod")
+    assert "2 node(s) did not have enough free storage" in event[-1]["message"], event[-1]["message"]
+    pod = cluster.get(PODS, "too-big-user", ns) or {}
+    assert (pod.get("status") or {}).get("phase") == "Pending" and not pod["spec"].get("nodeName")
+    pvc = cluster.get(PERSISTENT_VOLUME_CLAIMS, "too-big", ns) or {}
+    assert "volume.kubernetes.io/selected-node" not in (pvc["metadata"].get("annotations") or {})
+    assert "ProvisioningFailed" not in reasons_on(cluster, ns, "too-big")
+    cluster.delete_and_wait(PODS, "too-big-user", ns)
+    cluster.delete(PERSISTENT_VOLUME_CLAIMS, "too-big", ns)
 
 
 # ---------------------------------------------------------------- a Node deleted for good
