@@ -94,6 +94,8 @@ UPSTREAM: dict[str, str] = {
     "local_volume_node_cleanup_persistentvolume_delete_failed_total": f"{_LSP} node-cleanup, same name and labels",
     "local_volume_node_cleanup_persistentvolumeclaim_delete_total": f"{_LSP} node-cleanup, same name",
     "local_volume_node_cleanup_persistentvolumeclaim_delete_failed_total": f"{_LSP} node-cleanup, same name",
+    "local_volume_node_cleanup_pod_delete_total": "none: upstream's node-cleanup deletes no pods",
+    "local_volume_node_cleanup_pod_delete_failed_total": "none",
     # dynamic volumes (in the node agent, with a dynamicClassMap)
     "localpv_dynamic_operations_total": "external-provisioner's controller_operation counts; none for deletion "
                                         "and expansion in local-path-provisioner",

@@ -219,12 +219,21 @@ def parse_classes(value: Any, path: str, problems: _Problems) -> dict[str, Dynam
     return classes if len(problems.errors) == before else None
 
 
-def parse_driver_name(value: Any, path: str, problems: _Problems) -> str | None:
-    """A CSI driver name: a DNS-1123 subdomain of at most 63 characters (what CSIDriver accepts)."""
+def driver_name_problem(value: Any) -> str | None:
+    """What is wrong with a CSI driver name (a DNS-1123 subdomain of at most 63 characters,
+    what CSIDriver accepts); None when it is valid. One rule for the ConfigMap and the flags."""
     if isinstance(value, str) and 0 < len(value) <= 63 and DNS1123_SUBDOMAIN_RE.fullmatch(value):
-        return value
-    problems.error(path, "expected a CSI driver name (a DNS-1123 subdomain of at most 63 characters, such as "
-                         f'"{DEFAULT_DRIVER_NAME}"), got {_describe(value)}')
+        return None
+    return ("expected a CSI driver name (a DNS-1123 subdomain of at most 63 characters, such as "
+            f'"{DEFAULT_DRIVER_NAME}"), got {_describe(value)}')
+
+
+def parse_driver_name(value: Any, path: str, problems: _Problems) -> str | None:
+    """A CSI driver name (:func:`driver_name_problem`)."""
+    problem = driver_name_problem(value)
+    if problem is None:
+        return str(value)
+    problems.error(path, problem)
     return None
 
 

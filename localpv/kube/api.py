@@ -415,14 +415,18 @@ class KubeApi:
         uid: str | None = None,
         resource_version: str | None = None,
         propagation: str | None = None,
+        grace_period: int | None = None,
     ) -> Obj:
-        """DELETE with optional preconditions; a precondition mismatch raises Conflict."""
+        """DELETE with optional preconditions; a precondition mismatch raises Conflict.
+        ``grace_period`` 0 deletes a pod at once (no kubelet confirms it: a lost node's pod)."""
         body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
         if preconditions:
             body["preconditions"] = preconditions
         if propagation:
             body["propagationPolicy"] = propagation
+        if grace_period is not None:
+            body["gracePeriodSeconds"] = grace_period
         path = res.path(namespace, _q(name))
         return self._retrying("delete", res, lambda: self._request("delete", res, "DELETE", path, body=body))
 

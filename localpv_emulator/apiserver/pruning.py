@@ -86,6 +86,7 @@ MODELS: dict[tuple[str, str], str] = {
     ("events.k8s.io/v1", "Event"): "EventsV1Event",
     ("apps/v1", "DaemonSet"): "V1DaemonSet",
     ("apps/v1", "Deployment"): "V1Deployment",
+    ("apps/v1", "StatefulSet"): "V1StatefulSet",
     ("rbac.authorization.k8s.io/v1", "Role"): "V1Role",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "V1RoleBinding",
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): "V1ClusterRole",

@@ -44,6 +44,10 @@ STRATEGIES: dict[tuple[str, str], Strategy] = {
     }, status={"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
                "numberReady": 0}),  # non-omitempty ints: clients require them
     **{(f"storage.k8s.io/{version}", "CSIStorageCapacity"): _CAPACITY for version in ("v1", "v1beta1", "v1alpha1")},
+    ("apps/v1", "StatefulSet"): WorkloadStrategy({
+        "replicas": 1, "podManagementPolicy": "OrderedReady", "revisionHistoryLimit": 10,
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+    }, status={"replicas": 0}),  # a non-omitempty int: clients require it
     **{("rbac.authorization.k8s.io/v1", kind): _RBAC
        for kind in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")},
 }

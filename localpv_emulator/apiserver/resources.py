@@ -104,6 +104,8 @@ RESOURCES: tuple[ResourceType, ...] = (
     _R("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
     _R("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), status=True, categories=("all",)),
     _R("apps", "v1", "deployments", "Deployment", True, ("deploy",), status=True, categories=("all",)),
+    # Owners of the pods that node-cleanup deletes for lost nodes (no controller runs them).
+    _R("apps", "v1", "statefulsets", "StatefulSet", True, ("sts",), status=True, categories=("all",)),
     _R("rbac.authorization.k8s.io", "v1", "roles", "Role", True, name_rule="path"),
     _R("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, name_rule="path"),
     _R("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, name_rule="path"),

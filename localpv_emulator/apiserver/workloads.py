@@ -1,4 +1,4 @@
-"""Strategies of the kinds that carry a pod spec: Pods, Jobs, Deployments and DaemonSets."""
+"""Strategies of the kinds that carry a pod spec: Pods, Jobs, Deployments, DaemonSets and StatefulSets."""
 
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ class JobStrategy(Strategy):
 
 
 class WorkloadStrategy(Strategy):
-    """Deployments and DaemonSets: a selector that matches the template, and is immutable."""
+    """Deployments, DaemonSets and StatefulSets: a selector that matches the template, and is immutable."""
 
     def __init__(self, defaults: Obj, status: Obj | None = None) -> None:
         self.defaults = defaults

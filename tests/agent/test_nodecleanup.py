@@ -30,9 +30,9 @@ from localpv.nodecleanup.controller import (
     EVENT_COMPONENT,
     REFERENCED_NODE_DELETED,
     NodeCleanupController,
-    NodeCleanupLookups,
     NodeCleanupOptions,
 )
+from localpv.nodecleanup.lookups import NodeCleanupLookups
 from localpv.nodecleanup.metrics import NodeCleanupMetrics
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import claim, node, storage_class
@@ -186,7 +186,7 @@ def test_claim_is_kept_when_the_node_comes_back(env: Env) -> None:
     wait_for(lambda: "pv-a" in ctl.scheduled(), what="pv-a scheduled")
     env.apiserver.create(node("n1"))
     env.drive(lambda: outcomes(ctl, "pv-a"), "pv-a re-checked")
-    assert "node of the volume's affinity exists" in outcomes(ctl, "pv-a")[0]
+    assert "node of the volume's affinity is live" in outcomes(ctl, "pv-a")[0]
     assert env.pvc("data-a") is not None and env.phase("pv-a") == "Bound"
     assert pvc_deletes(env.apiserver) == 0
 
@@ -261,7 +261,7 @@ def test_claim_deleted_meanwhile_is_not_an_error(env: Env) -> None:
     wait_for(lambda: "pv-a" in ctl.scheduled(), what="pv-a scheduled")
     env.apiserver.delete("v1", "PersistentVolumeClaim", "data-a", NS)
     env.drive(lambda: outcomes(ctl, "pv-a"), "pv-a re-checked")
-    assert outcomes(ctl, "pv-a")[0].startswith("claim kept:")
+    assert outcomes(ctl, "pv-a") == ["done: claim is gone and no pod waits on it"]
     assert counter(ctl, "persistentvolumeclaim_delete") == 0 and pvc_deletes(env.apiserver) == 0
     assert env.pv("pv-a") is not None  # Released + Retain: the stale PV path keeps it too
 
@@ -367,7 +367,8 @@ def test_failed_claim_deletion_is_counted_and_retried_with_backoff(env: Env) -> 
     assert all(outcome.startswith("retry: 403") for outcome in outcomes(ctl, "pv-a"))
     env.apiserver.allow_all()
     env.drive(lambda: "claim default/data-a deleted" in outcomes(ctl, "pv-a"), "claim deleted once allowed")
-    assert env.pvc("data-a") is None and ctl.scheduled() == {}
+    env.drive(lambda: ctl.scheduled() == {}, "release finished")
+    assert env.pvc("data-a") is None
     assert counter(ctl, "persistentvolumeclaim_delete") == 1
 
 
@@ -441,7 +442,8 @@ def test_command_cleans_up_serves_metrics_and_stops_on_sigterm(env: Env, tmp_pat
             proc.communicate()
 
 
-@pytest.mark.parametrize("args", [["--pvc-deletion-delay", "soon"], ["--worker-threads", "0"]])
+@pytest.mark.parametrize("args", [["--pvc-deletion-delay", "soon"], ["--worker-threads", "0"],
+                                  ["--csi-driver-name", "Local_Driver"], ["--out-of-service-delay", "0s"]])
 def test_command_rejects_bad_flags(args: list[str]) -> None:
     result = CliRunner().invoke(cli, ["node-cleanup", *args])
     assert result.exit_code == 2 and "Invalid value" in result.output

@@ -9,6 +9,7 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from localpv_emulator.apiserver import ApiServer
+from tests.conftest import wait_for
 from tests.emulator.conftest import configmap
 
 
@@ -75,6 +76,26 @@ def test_workloads_need_a_matching_selector(api: client.ApiClient) -> None:
     with pytest.raises(ApiException) as exc:
         apps.create_namespaced_deployment("default", {"metadata": {"name": "web"}, "spec": {
             "selector": {"matchLabels": {"app": "other"}}, "template": template}})
+    assert exc.value.status == 422
+
+
+def test_statefulsets_are_defaulted_and_own_their_pods(api: client.ApiClient, core: client.CoreV1Api) -> None:
+    """node-cleanup's tests give pods a StatefulSet owner: real objects the client reads, that
+    the garbage collector does not take for dangling references."""
+    apps = client.AppsV1Api(api)
+    template = {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "db", "image": "db:1"}]}}
+    made = apps.create_namespaced_stateful_set("default", {"metadata": {"name": "db"}, "spec": {
+        "serviceName": "db", "selector": {"matchLabels": {"app": "db"}}, "template": template}})
+    assert (made.spec.replicas, made.spec.pod_management_policy, made.status.replicas) == (1, "OrderedReady", 0)
+    owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": made.metadata.uid,
+             "controller": True}
+    core.create_namespaced_pod("default", {"metadata": {"name": "db-0", "ownerReferences": [owner]},
+                                           "spec": template["spec"]})
+    apps.delete_namespaced_stateful_set("db", "default")
+    wait_for(lambda: not core.list_namespaced_pod("default").items, what="the garbage collector takes the pod")
+    with pytest.raises(ApiException) as exc:
+        apps.create_namespaced_stateful_set("default", {"metadata": {"name": "bad"}, "spec": {
+            "serviceName": "db", "selector": {"matchLabels": {"app": "other"}}, "template": template}})
     assert exc.value.status == 422
 
 

@@ -456,8 +456,11 @@ def test_node_cleanup_has_its_own_account_and_only_it_may_delete_claims(installs
     args = container(deploy)["args"]
     assert args[0] == "node-cleanup"
     assert "--storageclass-names=local-fs,local-block" in args and "--pvc-deletion-delay=5m" in args
+    assert {"--out-of-service-taint", "--out-of-service-delay=10m", "--no-delete-pods"} <= set(args)
+    assert "--csi-driver-name=local.csi.localpv.dev" in args
     assert container(deploy)["securityContext"]["runAsNonRoot"] is True
     role = inst.one("rbac.authorization.k8s.io/v1", "ClusterRole", "lp-localpv-node-cleanup")
+    assert not [r for r in role["rules"] if "pods" in r["resources"]]  # podDeletion: false
     claims = [r for r in role["rules"] if "persistentvolumeclaims" in r["resources"]]
     assert claims and "delete" in claims[0]["verbs"]
     for other in inst.server.list("rbac.authorization.k8s.io/v1", "ClusterRole"):

@@ -311,9 +311,15 @@ def test_node_cleanup_needs_nothing_beyond_the_charts_rbac(charts: dict[str, Ins
         server.create(data)
         wait_for(lambda: (server.get("v1", "PersistentVolume", "local-pv-1") or {}).get("status", {}).get("phase")
                  == "Bound", what="volume bound")
+        server.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "db-0", "namespace": NAMESPACE},
+                       "spec": {"nodeName": "gone-soon", "containers": [{"name": "db", "image": "db"}],
+                                "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}})
         server.requests.clear()
+        flags = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert "--delete-pods" in flags and "--no-out-of-service-taint" in flags  # the chart's defaults
         options = NodeCleanupOptions(parse_class_names(args["--storageclass-names"]), pvc_deletion_delay=0.2,
-                                     stale_pv_discovery_interval=0.2, worker_threads=2, sync_timeout=10.0)
+                                     stale_pv_discovery_interval=0.2, worker_threads=2, sync_timeout=10.0,
+                                     driver=args["--csi-driver-name"], delete_pods=True)
         controller = NodeCleanupController(KubeApi(connect(server.url), backoff=FAST), options)
         controller.start()
         try:
@@ -321,11 +327,13 @@ def test_node_cleanup_needs_nothing_beyond_the_charts_rbac(charts: dict[str, Ins
             wait_for(lambda: server.get("v1", "PersistentVolume", "local-pv-1") is None, timeout=15,
                      what="claim and volume of the deleted node removed")
             assert server.get("v1", "PersistentVolumeClaim", "data", NAMESPACE) is None
+            wait_for(lambda: server.get("v1", "Pod", "db-0", NAMESPACE) is None, what="its pod on the node removed")
         finally:
             controller.stop()
         sa = deploy["spec"]["template"]["spec"]["serviceAccountName"]
         assert refused(server, grants_for(inst, sa)) == []
         used = {(r.verb, r.resource) for r in server.requests}
-        assert {("delete", "persistentvolumeclaims"), ("delete", "persistentvolumes")} <= used
+        assert {("delete", "persistentvolumeclaims"), ("delete", "persistentvolumes"), ("list", "pods"),
+                ("delete", "pods")} <= used
     finally:
         server.stop()

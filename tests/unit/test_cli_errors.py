@@ -393,6 +393,7 @@ def test_usage_errors_are_one_line() -> None:
     assert_one_line_error(invoke("agent", "--config", CONFIG), "--node")
     assert_one_line_error(invoke("no-such-command"), "no-such-command")
     assert_one_line_error(invoke("node-cleanup", "--worker-threads", "0"), "--worker-threads")
+    assert_one_line_error(invoke("node-cleanup", "--csi-driver-name", "Local_Driver"), "--csi-driver-name")
 
 
 def test_a_deep_config_given_to_cleanup_is_one_line(tmp_path: Path) -> None:
