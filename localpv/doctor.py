@@ -373,6 +373,50 @@ def diagnose(config: ProvisionerConfig, host: HostFacts, cluster: ClusterFacts |
     return findings + check_node(cluster) + check_storage_classes(config, cluster) + check_access(cluster)
 
 
+def for_this_node(config: ProvisionerConfig, node_name: str | None,
+                  labels: Mapping[str, str] | None) -> tuple[ProvisionerConfig, list[Finding]]:
+    """The configuration this node's agent uses (its ``nodes`` overrides applied) and what to
+    say about it: which override gave each entry, which entries are off here. ``labels``:
+    the Node's, None when they were not read (``--no-cluster``). The host is then checked with
+    the node's directories, not the ConfigMap's defaults."""
+    from localpv.config import ConfigError, for_node, is_uniform
+
+    if is_uniform(config):
+        return config, []
+    subject = f"config (node {node_name})" if node_name else "config"
+    if node_name is None:
+        return config, [Finding(WARN, subject, "the ConfigMap has per-node overrides (nodes), and this node's name is "
+                                               "not known: the directories checked are the defaults",
+                                "give --node (or MY_NODE_NAME)")]
+    findings = []
+    if labels is None:
+        findings.append(Finding(WARN, subject, "the Node's labels were not read (--no-cluster, or no Node): "
+                                               "overrides by matchLabels are not applied",
+                                f"localpv config check PATH --node {node_name} --node-label KEY=VALUE ..."))
+    try:
+        mine = for_node(config, node_name, labels or {})
+    except ConfigError as err:
+        return config, [*findings, *(Finding(ERROR, subject, f"the agent refuses this node's configuration: {p}",
+                                             "correct the ConfigMap's nodes overrides (localpv config check PATH "
+                                             f"--node {node_name} --node-label ...)") for p in err.problems)]
+    for name, cls in mine.config.classes.items():
+        key = f"storageClassMap.{name}"
+        if key in mine.applied:
+            findings.append(Finding(OK, subject, f"{key}: hostDir {cls.host_dir}, mountDir {cls.mount_dir}, from "
+                                                 f"{mine.applied[key]}"))
+    for name, pool in mine.config.dynamic_pools.items():
+        key = f"dynamicPools.{name}"
+        if key in mine.applied:
+            findings.append(Finding(OK, subject, f"{key}: hostDir {pool.host_dir}, mountDir {pool.mount_dir}, from "
+                                                 f"{mine.applied[key]}"))
+    off = [f"storageClassMap.{n}" for n in config.classes if n not in mine.config.classes]
+    off += [f"dynamicPools.{n}" for n in config.dynamic_pools if n not in mine.config.dynamic_pools]
+    for key in off:
+        by = mine.applied.get(key, "its enabled: false")
+        findings.append(Finding(OK, subject, f"{key} is off on this node, by {by}"))
+    return mine.config, findings
+
+
 # ---------------------------------------------------------------- gathering (real host, real API)
 
 

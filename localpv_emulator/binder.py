@@ -30,7 +30,9 @@ __all__ = [
     "ANN_SELECTED_NODE",
     "ANN_STORAGE_PROVISIONER",
     "ANN_STORAGE_PROVISIONER_BETA",
+    "EXTERNAL_PROVISIONER_FINALIZER",
     "NO_PROVISIONER",
+    "PV_CONTROLLER_FINALIZER",
     "Cluster",
     "PVBinder",
     "QuantityError",
@@ -45,6 +47,11 @@ Obj = dict[str, Any]
 ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
+ANN_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+#: KEP-2644's finalizers: the PV controller's, on in-tree volumes it provisioned, and
+#: external-provisioner's, on the volumes a CSI provisioner made.
+PV_CONTROLLER_FINALIZER = "kubernetes.io/pv-controller"
+EXTERNAL_PROVISIONER_FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
 ANN_STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
 ANN_STORAGE_PROVISIONER_BETA = "volume.beta.kubernetes.io/storage-provisioner"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
@@ -259,6 +266,17 @@ class PVBinder(Reconciler):
     happen in the real order (PV claimRef, PV phase, claim volumeName, claim phase), each a
     separate watch event. Not emulated: recycling, deleting released volumes (external
     provisioners do that), the Failed phase, volume expansion.
+
+    With ``honor_pv_reclaim_policy`` (the feature gate ``HonorPVReclaimPolicy``: alpha 1.23,
+    beta and on by default 1.31, GA 1.33; KEP-2644), the controller's finalizer bookkeeping
+    too: a dynamically provisioned *in-tree* volume (``pv.kubernetes.io/provisioned-by``
+    ``kubernetes.io/...``) carries ``kubernetes.io/pv-controller`` while its policy is
+    ``Delete`` (removed with ``Retain`` or ``Recycle``, and external-provisioner's finalizer
+    removed from it), so a Bound one deleted first stays Terminating until its claim is gone;
+    having no in-tree plugins, the emulator takes a released volume's delete as done and
+    removes the finalizer of one being deleted. Volumes of other provisioners (CSI drivers,
+    static ones) are never touched: their provisioner keeps its own finalizer. CSI migration
+    is not emulated.
     """
 
     name = "pv-binder"
@@ -268,6 +286,10 @@ class PVBinder(Reconciler):
         ("v1", "Node"),
         ("storage.k8s.io/v1", "StorageClass"),
     )
+
+    def __init__(self, cluster: Cluster, *, honor_pv_reclaim_policy: bool = True) -> None:
+        super().__init__(cluster)
+        self.honor_pv_reclaim_policy = honor_pv_reclaim_policy
 
     def reconcile(self) -> None:
         claims, volumes = self._dirty()
@@ -512,6 +534,8 @@ class PVBinder(Reconciler):
     # -- volumes
 
     def _sync_volume(self, volume: Obj, claims: Mapping[tuple[str, str], Obj]) -> None:
+        if self.honor_pv_reclaim_policy:
+            volume = self._deletion_finalizers(volume)
         name = volume["metadata"]["name"]
         ref = volume.get("spec", {}).get("claimRef")
         if not ref or not ref.get("uid"):
@@ -527,6 +551,26 @@ class PVBinder(Reconciler):
             self._set_volume_phase(volume, "Bound")
         elif claimed and _annotations(volume).get(ANN_BOUND_BY_CONTROLLER) == "yes":
             self._unbind(volume)
+
+    def _deletion_finalizers(self, volume: Obj) -> Obj:
+        """``modifyDeletionFinalizers`` for in-tree dynamic volumes, plus the end of their
+        deletion (the emulator has no plugin whose delete could fail)."""
+        provisioner = str(_annotations(volume).get(ANN_PROVISIONED_BY) or "")
+        if not provisioner.startswith("kubernetes.io/"):
+            return volume
+        current = list(volume["metadata"].get("finalizers") or [])
+        wanted = [f for f in current if f != EXTERNAL_PROVISIONER_FINALIZER]
+        delete = volume.get("spec", {}).get("persistentVolumeReclaimPolicy") == "Delete"
+        released = _deleting(volume) and _phase(volume) == "Released"
+        if not delete or released:
+            wanted = [f for f in wanted if f != PV_CONTROLLER_FINALIZER]
+        elif PV_CONTROLLER_FINALIZER not in wanted and not _deleting(volume):
+            wanted.append(PV_CONTROLLER_FINALIZER)
+        if wanted == current:
+            return volume
+        new = copy.deepcopy(volume)
+        new["metadata"]["finalizers"] = wanted
+        return self.cluster.update(new)
 
     def _unbind(self, volume: Obj) -> None:
         """The claim went to another volume: give this one back (controller-made binds only)."""

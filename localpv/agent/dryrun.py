@@ -17,7 +17,7 @@ from localpv.agent.journal import Journal
 from localpv.agent.model import Plan, World
 from localpv.agent.planner import plan
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
-from localpv.config import ProvisionerConfig
+from localpv.config import ProvisionerConfig, for_node, is_uniform
 from localpv.host.mounts import mount_points
 from localpv.host.scan import Entry, ScanError, scan_directory
 from localpv.naming import HOSTNAME_LABEL_KEY, NODE_LABEL_KEY, node_label_value, provisioner_name
@@ -45,17 +45,12 @@ def dry_run(
     scanner: Callable[[str, frozenset[str]], list[Entry]] = scan_directory,
     now: float = 0.0,
 ) -> DryRunResult:
+    """What the agent of ``node_name`` would do now. The configuration is that node's (its
+    ``nodes`` overrides applied with the Node's labels; without a cluster, by name only):
+    raises :class:`~localpv.config.ConfigError` when they clash there."""
     assumptions: list[str] = []
-    scans: dict[str, list[Entry] | str] = {}
-    mounts = mount_table()
-    for name, cls in config.classes.items():
-        try:
-            scans[name] = scanner(cls.mount_dir, mounts)
-        except ScanError as err:
-            scans[name] = str(err)
     if api is None:
         node = NodeInfo(node_name, DRY_RUN_UID, {HOSTNAME_LABEL_KEY: node_name})
-        storage_classes: dict[str, StorageClassInfo | None] = {n: StorageClassInfo(n) for n in config.classes}
         pvs: list[dict[str, Any]] = []
         assumptions += [
             f"no cluster: assuming Node {node_name} has label {HOSTNAME_LABEL_KEY}={node_name}",
@@ -64,14 +59,27 @@ def dry_run(
         ]
         if not config.use_node_name_only:
             assumptions.append("no cluster: the Node UID in pv.kubernetes.io/provisioned-by is a placeholder")
+        if not is_uniform(config):
+            assumptions.append("no cluster: the Node's labels are unknown, so the overrides by matchLabels (nodes) "
+                               "are not applied")
+        config = for_node(config, node_name, {}).config
+        storage_classes: dict[str, StorageClassInfo | None] = {n: StorageClassInfo(n) for n in config.classes}
     else:
         from localpv.kube.resources import NODES, PERSISTENT_VOLUMES, STORAGE_CLASSES
 
         node = NodeInfo.from_object(api.get(NODES, node_name))
+        config = for_node(config, node_name, node.labels).config
         classes, _ = api.list(STORAGE_CLASSES)
         found = {str(sc["metadata"]["name"]): StorageClassInfo.from_object(sc) for sc in classes}
         storage_classes = {n: found.get(n) for n in config.classes}
         pvs, _ = api.list(PERSISTENT_VOLUMES, label_selector=f"{NODE_LABEL_KEY}={node_label_value(node_name)}")
+    scans: dict[str, list[Entry] | str] = {}
+    mounts = mount_table()
+    for name, cls in config.classes.items():
+        try:
+            scans[name] = scanner(cls.mount_dir, mounts)
+        except ScanError as err:
+            scans[name] = str(err)
     world = World(
         config=config, node=node,
         provisioner=provisioner_name(node.name, node.uid, use_node_name_only=config.use_node_name_only),

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,7 +33,7 @@ from localpv.agent.planner.volatile import emptiness_wanted
 from localpv.agent.proctable import DEFAULT_RETRY_BACKOFF, ProcTable
 from localpv.agent.pvbuilder import NodeInfo, StorageClassInfo
 from localpv.clock import Clock, SystemClock
-from localpv.config import ConfigError, ProvisionerConfig, load_config
+from localpv.config import ConfigError, ProvisionerConfig, for_node, load_config
 from localpv.host.cleaner import ProcessRecords
 from localpv.host.identity import boot_id
 from localpv.host.mounts import mount_points, read_mountinfo
@@ -84,12 +84,42 @@ class AgentOptions:
 
 
 class ConfigHolder:
-    """The configuration in use, reloaded from disk; a broken file keeps the last good one."""
+    """The configuration in use on this node, reloaded from disk; a broken file keeps the last good one.
 
-    def __init__(self, path: str | None, initial: ProvisionerConfig) -> None:
+    ``raw`` is the ConfigMap as read; ``current`` is what this node gets from it (its ``nodes``
+    overrides applied, :func:`localpv.config.for_node`), and is what every part of the agent
+    reads. Both a new ConfigMap and new labels on the Node resolve it again: a label that
+    selects another directory takes effect without a restart.
+    """
+
+    def __init__(self, path: str | None, initial: ProvisionerConfig, node_name: str = "") -> None:
         self.path = path
-        self.current = initial
+        self.node_name = node_name
+        self.raw = initial
+        #: The Node's labels; none known until the Node is read (overrides by name apply already).
+        self.labels: Mapping[str, str] = {}
+        self.current = for_node(initial, node_name, {}).config if node_name else initial
         self.last_error: str | None = None
+
+    def _resolve(self, raw: ProvisionerConfig, labels: Mapping[str, str]) -> ProvisionerConfig:
+        return for_node(raw, self.node_name, labels).config if self.node_name else raw
+
+    def relabel(self, labels: Mapping[str, str]) -> bool | None:
+        """The Node's labels are now ``labels``: True if this node's configuration changed,
+        False if not, None if the overrides they select clash (the previous one is kept)."""
+        try:
+            resolved = self._resolve(self.raw, labels)
+        except ConfigError as err:
+            message = "; ".join(err.problems)
+            if message != self.last_error:
+                log.error("configuration for the Node's new labels rejected, keeping the previous one: %s", message)
+            self.last_error = message
+            return None
+        self.labels = dict(labels)
+        self.last_error = None
+        changed = resolved != self.current
+        self.current = resolved
+        return changed
 
     def reload(self) -> bool | None:
         """True if a new configuration was applied, False if unchanged, None if rejected."""
@@ -97,6 +127,7 @@ class ConfigHolder:
             return False
         try:
             loaded = load_config(self.path)
+            resolved = self._resolve(loaded.config, self.labels)
         except ConfigError as err:
             message = "; ".join(err.problems)
         except Exception as err:  # a parser bug must not kill reloading for good
@@ -109,12 +140,14 @@ class ConfigHolder:
             self.last_error = message
             return None
         self.last_error = None
-        if loaded.config == self.current:
+        if loaded.config == self.raw:
             return False
         for warning in loaded.warnings:
             log.warning("configuration: %s", warning)
-        self.current = loaded.config
-        return True
+        self.raw = loaded.config
+        changed = resolved != self.current
+        self.current = resolved
+        return changed
 
 
 class NodeAgent:
@@ -137,7 +170,7 @@ class NodeAgent:
         """``boot``: this boot's id (read from the kernel by default; tests play reboots with it)."""
         self.api = api
         self.options = options
-        self.config = ConfigHolder(options.config_path, config)
+        self.config = ConfigHolder(options.config_path, config, options.node_name)
         self.journal = journal
         self.metrics = metrics or AgentMetrics()
         self.clock = clock or SystemClock()
@@ -227,6 +260,9 @@ class NodeAgent:
         self.node = NodeInfo.from_object(node_obj)
         if not self.node.uid or HOSTNAME_LABEL_KEY not in self.node.labels:
             raise AgentError(f"Node {self.node.name} has no uid or no {HOSTNAME_LABEL_KEY} label")
+        if self.config.relabel(self.node.labels) is None:
+            raise AgentError(f"the configuration for Node {self.node.name} and its labels is refused: "
+                             f"{self.config.last_error}")
         self.provisioner = provisioner_name(self.node.name, self.node.uid,
                                             use_node_name_only=config.use_node_name_only)
         if self._recorder is None:
@@ -341,6 +377,8 @@ class NodeAgent:
         if info.uid != self.node.uid:
             log.warning("Node %s was re-created (uid %s, was %s): new PVs are built for the new Node",
                         info.name, info.uid, self.node.uid)
+        if info.labels != self.node.labels:
+            self._relabel(info.labels)
         self.node = info
         self.provisioner = provisioner_name(info.name, info.uid,
                                             use_node_name_only=self.config.current.use_node_name_only)
@@ -527,6 +565,23 @@ class NodeAgent:
                 log.info("configuration reloaded")
                 self.trigger("config")
         return result
+
+    def _relabel(self, labels: Mapping[str, str]) -> None:
+        """The Node's labels changed: the overrides they select may give this node other
+        directories (or take a pool or class off it). Applied like a new ConfigMap, refused
+        like a bad one (an event on the Node, the previous configuration kept)."""
+        with self._reload_lock:
+            previous_error = self.config.last_error
+            result = self.config.relabel(labels)
+        if result is None:
+            if self.config.last_error != previous_error and self._recorder is not None and self.node is not None:
+                self.metrics.config_reload_failures.inc()
+                self.recorder.event(self._node_obj(), WARNING, "ConfigRejected",
+                                    f"configuration for the Node's new labels rejected, previous one kept: "
+                                    f"{self.config.last_error}")
+        elif result:
+            log.info("the Node's labels changed what this node gets from the configuration: applied")
+            self.trigger("config")
 
     def _node_obj(self) -> Obj:
         assert self.node is not None

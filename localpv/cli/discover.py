@@ -7,6 +7,7 @@ import sys
 import click
 
 from localpv.cli.common import (
+    CONFIG_ERROR_EXIT,
     api_client_or_exit,
     duration_param,
     load_config_or_exit,
@@ -59,8 +60,14 @@ def discover(dry_run: bool, config_path: str, node_name: str, output: str, kubec
         transport = api_client_or_exit(kubeconfig)
         host = transport.server
         api = KubeApi(transport, backoff=NO_RETRY, timeout=request_timeout, user_agent="localpv-discover")
+    from localpv.config import ConfigError
+
     try:
         result = run_dry(config, node_name, api=api)
+    except ConfigError as err:  # this node's overrides clash: what its agent would refuse
+        for problem in err.problems:
+            click.echo(f"error: {one_line(problem)}", err=True)
+        sys.exit(CONFIG_ERROR_EXIT)
     except ApiError as err:
         if err.status == 404 and err.reason == "NotFound" and f'nodes "{node_name}"' in err.message:
             refuse(named("node_name", "--node", "MY_NODE_NAME", node_name),

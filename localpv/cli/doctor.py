@@ -42,7 +42,7 @@ def doctor(config_path: str, node_name: str | None, namespace: str, kubeconfig: 
 
     from localpv.cli.statusclient import StatusUnavailable, fetch_status
     from localpv.config import ConfigError, load_config
-    from localpv.doctor import AgentFacts, diagnose, failed, gather_cluster, gather_host, render
+    from localpv.doctor import AgentFacts, diagnose, failed, for_this_node, gather_cluster, gather_host, render
 
     try:
         loaded = load_config(config_path)
@@ -66,6 +66,11 @@ def doctor(config_path: str, node_name: str | None, namespace: str, kubeconfig: 
 
         api = KubeApi(api_client_or_exit(kubeconfig), backoff=Backoff(attempts=2), user_agent="localpv-doctor")
         cluster = gather_cluster(api, config, node_name, namespace)
-    findings = diagnose(config, gather_host(config, in_pod=pod), cluster, agent)
+    labels = None
+    if cluster is not None and cluster.node is not None:
+        labels = dict((cluster.node.get("metadata") or {}).get("labels") or {})
+    # The host is checked with this node's directories (its nodes overrides applied), as its agent uses them.
+    config, about = for_this_node(config, node_name, labels)
+    findings = about + diagnose(config, gather_host(config, in_pod=pod), cluster, agent)
     click.echo(render(findings), nl=False)
     sys.exit(1 if failed(findings) else 0)

@@ -20,10 +20,12 @@ One module per concern: the model (:mod:`.model`), reading one value (:mod:`.val
 Kubernetes-shaped values (:mod:`.selectors`), path safety (:mod:`.paths`), the key tables and
 :func:`parse_config` (:mod:`.schema`), dynamic volumes' keys (:mod:`.dynamic`), the hardened
 YAML loader (:mod:`.yamlload`), where a configuration comes from (:mod:`.sources`), and the
-effective configuration and reference (:mod:`.reference`). The Kubernetes name rules are in
+effective configuration and reference (:mod:`.reference`), and one node's configuration once
+its ``nodes`` overrides are applied (:mod:`.overrides`, :mod:`.effective`). The Kubernetes name rules are in
 :mod:`localpv.naming`, shared with the command line. This package's face is below.
 """
 
+from localpv.config.effective import NodeConfig, for_node, is_uniform
 from localpv.config.model import (
     ACCESS_MODES,
     DEFAULT_BLOCK_CLEANER,
@@ -46,7 +48,7 @@ from localpv.config.yamlload import safe_load_limited
 __all__ = [
     "ACCESS_MODES", "CLASS_KEYS", "DEFAULT_BLOCK_CLEANER", "DEFAULT_CONFIG_DIR", "MAX_CONFIG_BYTES", "SYSTEM_DIRS",
     "SYSTEM_TREES", "TOP_LEVEL_KEYS", "VOLUME_MODES", "ClassConfig", "ConfigError", "KeySpec", "LoadedConfig",
-    "ProvisionerConfig", "RuntimeEnv", "config_to_data", "format_go_duration", "load_config", "normalise_dir",
-    "parse_config", "parse_go_duration", "read_config_data", "read_config_stream", "reference_markdown", "replace",
-    "safe_load_limited", "system_directory_refusal",
+    "NodeConfig", "ProvisionerConfig", "RuntimeEnv", "config_to_data", "for_node", "format_go_duration", "is_uniform",
+    "load_config", "normalise_dir", "parse_config", "parse_go_duration", "read_config_data", "read_config_stream",
+    "reference_markdown", "replace", "safe_load_limited", "system_directory_refusal",
 ]

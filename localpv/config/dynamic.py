@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from localpv.config import mkfs
+from localpv.config import mkfs, overrides
 from localpv.config.paths import _parse_abs_path, within
 from localpv.config.values import KeySpec, _as_bool, _as_str, _check_keys, _describe, _Parser, _Problems
 from localpv.naming import DNS1123_LABEL_RE, DNS1123_SUBDOMAIN_RE, parse_quantity
@@ -41,6 +41,10 @@ class PoolConfig:
     #: How full the pool's filesystem may get while thin promises are not backed before the
     #: tenants who may still write are warned (and the alert fires): a high-water mark.
     high_water: float = 0.9
+    #: false: the pool exists on no node but those whose override in ``nodes`` enables it.
+    enabled: bool = True
+    #: Per-node overrides (:mod:`localpv.config.overrides`); none once resolved for a node.
+    nodes: tuple[overrides.NodeOverride, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,16 @@ POOL_KEYS: dict[str, KeySpec] = {
                          "How full the pool's filesystem may get, while what thin images may still write exceeds "
                          "its free space, before their claims and the Node are warned and the alert fires: 0.5 to 1. "
                          "Default 0.9.", upstream=False),
+    "enabled": overrides.ENABLED,
 }
+
+#: What a node's override of a pool may set: everything about its disk.
+POOL_OVERRIDABLE = ("hostDir", "mountDir", "requireMount", "overcommit", "reserved", "highWater", "enabled")
+POOL_KEYS["nodes"] = KeySpec(
+    "nodes", overrides.overrides_parser(lambda: POOL_KEYS, POOL_OVERRIDABLE, "pool"),
+    "Per-node overrides: a list of `{name: <node>}` or `{matchLabels: {...}}` with the settings those nodes "
+    f"get ({', '.join(POOL_OVERRIDABLE)}); by name wins over by label, else the first match in list order "
+    "(see docs/dynamic-volumes.md).", upstream=False)
 
 CLASS_KEYS: dict[str, KeySpec] = {
     "pool": KeySpec("pool", _as_str, "The dynamicPools entry images are made in. Required.",
@@ -186,9 +199,11 @@ def _entries(value: Any, path: str, problems: _Problems, what: str, rule: str) -
 def _settings(entry: dict[str, Any], keys: Mapping[str, KeySpec], required: str, where: str,
               problems: _Problems) -> dict[str, Any] | None:
     """One pool's or class's settings, parsed into their fields; None (and the problems
-    noted) when a key is unknown to ``keys``, ``required`` is missing or a value is wrong."""
+    noted) when a key is unknown to ``keys``, ``required`` is missing or a value is wrong.
+    An entry that is off by default (``enabled: false``) may leave ``required`` to its
+    per-node overrides."""
     _check_keys(entry, keys, where, problems)
-    if required not in entry:
+    if required not in entry and not (entry.get("enabled") is False and "nodes" in entry):
         problems.error(f"{where}.{required}", "required, got nothing")
         return None
     values = {spec.field: spec.parse(entry[key], f"{where}.{key}", problems)
@@ -202,8 +217,10 @@ def parse_pools(value: Any, path: str, problems: _Problems) -> dict[str, PoolCon
     for name, entry in _entries(value, path, problems, "pool", "label").items():
         values = _settings(entry, POOL_KEYS, "hostDir", f"{path}.{name}", problems)
         if values is not None:
+            values.setdefault("host_dir", "")
             values.setdefault("mount_dir", values["host_dir"])
-            pools[name] = PoolConfig(name=name, **values)
+            pool = pools[name] = PoolConfig(name=name, **values)
+            overrides.check_enabling(pool.enabled, bool(pool.host_dir), pool.nodes, f"{path}.{name}", problems)
     return pools if len(problems.errors) == before else None
 
 
@@ -260,11 +277,13 @@ def _first_overlap(mine: Mapping[str, str], theirs: Mapping[str, str]) -> tuple[
     return None
 
 
-def check(values: Mapping[str, Any], problems: _Problems) -> None:
-    """Rules across keys: a class names a pool that exists; a pool is apart from every other
-    pool and from every static class's directory."""
+def check(values: Mapping[str, Any], problems: _Problems, *, references: bool = True) -> None:
+    """Rules across keys: a class names a pool that exists (``references``: not for one
+    node's effective configuration, where a pool may be off); a pool is apart from every other
+    pool and from every static class's directory (entries without a directory of their own,
+    left to their overrides, are checked per node)."""
     pools: Mapping[str, PoolConfig] = values.get("dynamic_pools") or {}
-    for name, cls in (values.get("dynamic_classes") or {}).items():
+    for name, cls in (values.get("dynamic_classes") or {}).items() if references else ():
         if cls.pool not in pools:
             known = ", ".join(sorted(pools)) or "none"
             problems.error(f"dynamicClassMap.{name}.pool", f"expected a pool of dynamicPools ({known}), got "
@@ -272,9 +291,9 @@ def check(values: Mapping[str, Any], problems: _Problems) -> None:
         if name in (values.get("classes") or {}):
             problems.error(f"dynamicClassMap.{name}", "expected a StorageClass that storageClassMap does not also "
                                                       "name (a class is static or dynamic), got both")
-    dirs = {name: {"hostDir": p.host_dir, "mountDir": p.mount_dir} for name, p in pools.items()}
+    dirs = {name: {"hostDir": p.host_dir, "mountDir": p.mount_dir} for name, p in pools.items() if p.host_dir}
     static = {name: {"hostDir": c.host_dir, "mountDir": c.mount_dir}
-              for name, c in (values.get("classes") or {}).items()}
+              for name, c in (values.get("classes") or {}).items() if c.host_dir}
     seen: list[str] = []
     for name, mine in dirs.items():
         for other in seen:
@@ -296,9 +315,19 @@ def check(values: Mapping[str, Any], problems: _Problems) -> None:
 
 
 def pools_to_data(pools: Mapping[str, PoolConfig]) -> dict[str, Any]:
-    return {name: {"hostDir": p.host_dir, "mountDir": p.mount_dir, "requireMount": p.require_mount,
-                   "overcommit": p.overcommit, "reserved": p.reserved, "highWater": p.high_water}
-            for name, p in pools.items()}
+    """Pools in the ConfigMap's spelling; ``enabled`` and ``nodes`` only when they say something."""
+    out: dict[str, Any] = {}
+    for name, p in pools.items():
+        data: dict[str, Any] = {"hostDir": p.host_dir, "mountDir": p.mount_dir, "requireMount": p.require_mount,
+                                "overcommit": p.overcommit, "reserved": p.reserved, "highWater": p.high_water}
+        if not p.host_dir:  # left to the overrides that enable it
+            del data["hostDir"], data["mountDir"]
+        if not p.enabled:
+            data["enabled"] = False
+        if p.nodes:
+            data["nodes"] = [o.to_data(POOL_KEYS, lambda _f, v: v) for o in p.nodes]
+        out[name] = data
+    return out
 
 
 def classes_to_data(classes: Mapping[str, DynamicClass]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from localpv.namepattern import NamePattern
 
 if TYPE_CHECKING:
     from localpv.config.dynamic import DynamicClass, PoolConfig
+    from localpv.config.overrides import NodeOverride
 
 
 DEFAULT_CONFIG_DIR = "/etc/provisioner/config"
@@ -58,6 +59,10 @@ class ClassConfig:
     fs_type: str | None = None
     name_pattern: NamePattern = field(default_factory=lambda: NamePattern("*"))
     selector: tuple[Mapping[str, Any], ...] = ()
+    #: false: discovered on no node but those whose override in ``nodes`` enables it.
+    enabled: bool = True
+    #: Per-node overrides (:mod:`localpv.config.overrides`); none once resolved for a node.
+    nodes: tuple[NodeOverride, ...] = ()
 
     def container_path(self, host_path: str) -> str | None:
         """Map a PV's host path (``hostDir/entry``) to the path inside this container.

@@ -36,8 +36,10 @@ def _class_to_data(cls: ClassConfig) -> dict[str, Any]:
         value = getattr(cls, spec.field)
         if isinstance(value, NamePattern):
             value = value.spec
-        if value is None:
-            continue
+        if value in (None, "") or (key == "enabled" and value) or (key == "nodes" and not value):
+            continue  # enabled and nodes only when they say something: upstream's files print as before
+        if key == "nodes":
+            value = [o.to_data(CLASS_KEYS, lambda _f, v: v) for o in value]
         out[key] = _plain(value)
     return out
 
@@ -62,6 +64,7 @@ def reference_markdown() -> str:
               "| Key | Default | Meaning |", "|---|---|---|"]
     sample = _class_to_data(ClassConfig(name="x", host_dir="-", mount_dir="-"))
     for key, spec in CLASS_KEYS.items():
-        default = "required" if key in ("hostDir", "mountDir") else f"`{sample.get(key, '')}`"
+        shown = {"enabled": "true", "nodes": "[]"}  # not printed at their defaults (see _class_to_data)
+        default = "required" if key in ("hostDir", "mountDir") else f"`{sample.get(key, shown.get(key, ''))}`"
         lines.append(f"| `{key}` | {default} | {spec.doc} |")
     return "\n".join(lines) + "\n"

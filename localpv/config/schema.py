@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from localpv.config import dynamic
+from localpv.config import dynamic, overrides
 from localpv.config.model import ACCESS_MODES, VOLUME_MODES, ClassConfig, ConfigError, LoadedConfig, ProvisionerConfig
 from localpv.config.paths import _parse_abs_path
 from localpv.config.selectors import _parse_label_keys, _parse_labels, _parse_selector, _parse_tolerations
@@ -122,7 +122,16 @@ CLASS_KEYS: dict[str, KeySpec] = {
                            "Comma-separated Go globs on entry names. Default `*`."),
     "selector": KeySpec("selector", _parse_selector,
                         "Extra NodeSelectorTerms ORed into PV node affinity (shared disks)."),
+    "enabled": overrides.ENABLED,
 }
+
+#: What a node's override of a static class may set: where its disks are.
+CLASS_OVERRIDABLE = ("hostDir", "mountDir", "enabled")
+CLASS_KEYS["nodes"] = KeySpec(
+    "nodes", overrides.overrides_parser(lambda: CLASS_KEYS, CLASS_OVERRIDABLE, "class"),
+    "Per-node overrides: a list of `{name: <node>}` or `{matchLabels: {...}}` with hostDir, mountDir (default: "
+    "that hostDir) or enabled for those nodes; by name wins over by label, else the first match in list order.",
+    upstream=False)
 
 
 def _parse_class(name: str, entry: Any, path: str, problems: _Problems) -> ClassConfig | None:
@@ -132,15 +141,22 @@ def _parse_class(name: str, entry: Any, path: str, problems: _Problems) -> Class
     _check_keys(entry, CLASS_KEYS, path, problems)
     before = len(problems.errors)
     values: dict[str, Any] = {}
+    # A class off by default may leave its directories to the overrides that enable it.
+    left_to_nodes = entry.get("enabled") is False and "nodes" in entry
     for key in ("hostDir", "mountDir"):
-        if key not in entry:
+        if key not in entry and not left_to_nodes:
             problems.error(f"{path}.{key}", "required, got nothing")
     for key, spec in CLASS_KEYS.items():
         if key in entry:
             values[spec.field] = spec.parse(entry[key], f"{path}.{key}", problems)
     if len(problems.errors) != before:
         return None
+    values.setdefault("host_dir", "")
+    values.setdefault("mount_dir", values["host_dir"])
     cls = ClassConfig(name=name, **values)
+    overrides.check_enabling(cls.enabled, bool(cls.host_dir), cls.nodes, path, problems)
+    if not cls.host_dir:
+        return cls
     _warn_device_dir(cls, path, problems)
     if "blockCleanerCommand" in entry:
         _warn_missing_cleaner(cls.block_cleaner_command[0], f"{path}.blockCleanerCommand", problems)
@@ -263,6 +279,10 @@ def parse_config(data: Mapping[str, Any], *, strict: bool = False) -> LoadedConf
         _check_shared_dirs(values.get("classes", {}), problems, strict=strict)
     if not problems.errors and (values.get("dynamic_pools") or values.get("dynamic_classes")):
         dynamic.check(values, problems)
+    if not problems.errors:
+        from localpv.config.effective import check_named_nodes  # it reads this module's rules
+
+        check_named_nodes(ProvisionerConfig(**values), problems, strict=strict)
     if problems.errors:
         raise ConfigError(problems.errors, tuple(problems.warnings))
     return LoadedConfig(ProvisionerConfig(**values), tuple(problems.warnings))
@@ -275,6 +295,7 @@ def _check_shared_dirs(classes: Mapping[str, ClassConfig], problems: _Problems, 
     an entry, offered (and wiped) as one volume once it is a mount point: a warning. The
     directories are normalised, so equal means the same directory however it is spelled."""
     first: dict[str, str] = {}
+    classes = {name: cls for name, cls in classes.items() if cls.host_dir}  # the others: per node
     for name, cls in classes.items():
         if cls.host_dir in first:
             other = first[cls.host_dir]

@@ -17,15 +17,17 @@ from prometheus_client import CollectorRegistry
 
 from localpv.clock import Clock
 from localpv.config import ProvisionerConfig
+from localpv.config.dynamic import PoolConfig
 from localpv.csi import provisioner as rules
 from localpv.csi.capacity import Room
 from localpv.csi.controller import DynamicController, DynamicSettings
 from localpv.csi.health import PoolRisk
 from localpv.csi.identity import IdentityService
-from localpv.csi.journal import ImageJournal, ImageJournalError
+from localpv.csi.images import ImageError, ImageStore
+from localpv.csi.journal import ImageJournal, ImageJournalError, ImageState
 from localpv.csi.metrics import DynamicMetrics, PoolFigures
 from localpv.csi.node import SERVER_THREADS, NodeService
-from localpv.csi.pools import Pool, PoolState
+from localpv.csi.pools import Pool, PoolState, move_refusal
 from localpv.csi.publisher import CapacityPublisher, CapacitySettings
 from localpv.csi.registration import RegistrationService, SocketPaths
 from localpv.csi.rpc import SocketInUse, UnixServer
@@ -87,15 +89,51 @@ class DynamicVolumes:
         return record.volume_mode if record is not None else None
 
     def pools(self) -> Mapping[str, Pool]:
-        """The pools of the configuration in use (a reloaded ConfigMap applies at once)."""
+        """The pools of this node's configuration in use (a reloaded ConfigMap, or new labels on
+        the Node that select other ``nodes`` overrides, apply at once). A pool whose images were
+        made at another directory than the one configured now is refused (:func:`move_refusal`)."""
         wanted = self.config().dynamic_pools
         result = {}
         for name, pool_config in wanted.items():
-            pool = self._pools.get(pool_config)
+            refusal = self._move_refusal(pool_config)
+            pool = self._pools.get((pool_config, refusal))
             if pool is None:
-                pool = self._pools[pool_config] = Pool(pool_config)
+                pool = self._pools[(pool_config, refusal)] = Pool(pool_config, refusal)
             result[name] = pool
         return result
+
+    def _move_refusal(self, config: PoolConfig) -> str:
+        """Why the pool may not be used at its configured directory; records the directory
+        when it may (the first time, or once its images are all there)."""
+        recorded = self.journal.pool_dir(config.name)
+        if recorded == config.host_dir:
+            return ""
+        volumes = [r.volume for r in self.journal.snapshot().values()
+                   if r.pool == config.name and r.state is not ImageState.CREATING]
+        if recorded is not None and volumes:
+            store = ImageStore(config.mount_dir)
+            present = [v for v in volumes if self._is_there(store, v)]
+            if refusal := move_refusal(config.name, recorded, config.host_dir, volumes, present):
+                return refusal
+            log.warning("pool %s: every image recorded at %s is at %s now: the record follows them", config.name,
+                        recorded, config.host_dir)
+        self.journal.set_pool_dir(config.name, config.host_dir)
+        return ""
+
+    def _is_there(self, store: ImageStore, volume: str) -> bool:
+        """The recorded image is at this store: by name, and by identity where it has one (a
+        name is only where the volume was; the UUID written into it is what it is)."""
+        record = self.journal.get(volume)
+        try:
+            if not store.exists(volume):
+                return False
+            if record is None:
+                return True
+            if record.block:
+                return not record.image_uuid or store.block_uuid(volume) == record.image_uuid
+            return not record.fs_uuid or store.fs_uuid(volume) == record.fs_uuid
+        except (ImageError, OSError):
+            return False
 
     def _volumes(self) -> list[Obj]:
         """This node's dynamic PVs (the controller's cache is filtered by the node label)."""

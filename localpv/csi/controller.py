@@ -15,7 +15,9 @@ PV ever named is removed; one whose claim still waits is finished; one whose PV 
 unseen is kept as ``orphaned`` (never removed, never given to another claim).
 
 Released PVs with policy Delete lose their image only once no loop device is bound to it
-(unpublished and unstaged); then the PV object goes. Retain keeps both.
+(unpublished and unstaged); then the PV object goes. Retain keeps both. Such PVs carry
+external-provisioner's finalizer, so one deleted before its claim waits for the release
+instead of leaving its image behind (:mod:`localpv.csi.deletion`).
 
 Work goes through keyed queues with per-item backoff (:mod:`localpv.kube.workqueue`);
 expansion is in :mod:`localpv.csi.expansion`.
@@ -30,16 +32,18 @@ from dataclasses import dataclass, field
 
 from localpv.clock import Clock, SystemClock
 from localpv.config import ProvisionerConfig
+from localpv.csi import deletion
 from localpv.csi import provisioner as rules
+from localpv.csi.deletion import Deleter
 from localpv.csi.expansion import Expander
 from localpv.csi.images import FsType, ImageError, Provisioning
 from localpv.csi.journal import BLOCK, FILESYSTEM, ImageJournal, ImageRecord, ImageState
 from localpv.csi.ledger import Ledger
 from localpv.csi.metrics import DynamicMetrics
 from localpv.csi.pools import Pool, PoolState
-from localpv.csi.volume import POOL, PROVISIONING
+from localpv.csi.volume import PROVISIONING
 from localpv.kube.api import KubeApi
-from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
+from localpv.kube.errors import AlreadyExists, ApiError, NotFound
 from localpv.kube.events import NORMAL, WARNING, EventRecorder
 from localpv.kube.informer import Informer, object_key
 from localpv.kube.objects import Obj
@@ -88,6 +92,7 @@ class DynamicController:
         self.synced = threading.Event()
         self.supervisor = Supervisor(clock=self.clock, stopping=self._stop)
         self.expander = Expander(self)
+        self.deleter = Deleter(self)
 
     @property
     def driver(self) -> str:
@@ -368,66 +373,8 @@ class DynamicController:
     # ------------------------------------------------------------------ release
 
     def sync_volume(self, name: str) -> bool:
-        pv = self.pvs.get(name)
-        if pv is None or not rules.is_ours(pv, self.driver) or pv["metadata"].get("deletionTimestamp"):
-            return False
-        spec = pv.get("spec") or {}
-        if (pv.get("status") or {}).get("phase") != "Released" or spec.get("persistentVolumeReclaimPolicy") != "Delete":
-            return False
-        try:
-            pv = self.api.get(PERSISTENT_VOLUMES, name)  # a stale cache must not decide to delete data
-        except NotFound:
-            return False
-        if (pv.get("status") or {}).get("phase") != "Released":
-            return False
-        return self._delete(pv)
-
-    def _delete(self, pv: Obj) -> bool:
-        name = str(pv["metadata"]["name"])
-        started = self.clock.monotonic()
-        record = self.journal.get(name)
-        if record is not None and record.state is not ImageState.DELETING:
-            self.journal.put(record.moved(ImageState.DELETING, self.clock.now()))
-        pool_name = str((((pv.get("spec") or {}).get("csi") or {}).get("volumeAttributes") or {}).get(POOL) or "")
-        if not self._remove_image(pool_name, name, pv):
-            return True
-        try:
-            self.api.delete(PERSISTENT_VOLUMES, name, uid=pv["metadata"].get("uid"))
-        except (NotFound, Conflict):
-            pass
-        except ApiError as err:
-            self._delete_failed(pv, f"the image is removed; the PersistentVolume object could not be deleted: {err}")
-            return True
-        self.journal.drop(name)
-        self.metrics.operations.labels("delete", "ok").inc()
-        self.metrics.duration.labels("delete").observe(self.clock.monotonic() - started)
-        return False
-
-    def _remove_image(self, pool_name: str, name: str, obj: Obj | None) -> bool:
-        """Remove an image if it may go now; False (with an event on ``obj``) if not yet."""
-        pool = self.pools().get(pool_name)
-        if pool is None:
-            self._delete_failed(obj, f"pool {pool_name!r} is not configured on node {self.settings.node_name}; "
-                                     "the image is kept")
-            return False
-        state, why = pool.state()
-        if state is not PoolState.READY:
-            self._delete_failed(obj, f"{why}; the image is removed once the pool is back")
-            return False
-        try:
-            pool.images.remove(name)
-        except ImageError as err:
-            self._delete_failed(obj, f"{err}; retried once it is unstaged")
-            return False
-        log.info("image of volume %s removed from pool %s", name, pool_name)
-        return True
-
-    def _delete_failed(self, obj: Obj | None, message: str) -> None:
-        self.metrics.operations.labels("delete", "failed").inc()
-        if obj is not None:
-            self.recorder.event(obj, WARNING, "VolumeFailedDelete", message)
-        else:
-            log.warning("%s", message)
+        """The release path of one of this node's PVs (:mod:`localpv.csi.deletion`); True: retry later."""
+        return self.deleter.sync(name)
 
     # ------------------------------------------------------------------ the journal against the cluster
 
@@ -491,7 +438,9 @@ class DynamicController:
             pv: Obj | None = self.api.get(PERSISTENT_VOLUMES, name)
         except NotFound:
             pv = None
-        mine = pv is not None and rules.is_ours(pv, self.driver) and not pv["metadata"].get("deletionTimestamp")
+        # A PV being deleted is still this image's while the finalizer holds it for the release.
+        mine = pv is not None and rules.is_ours(pv, self.driver) and (
+            not pv["metadata"].get("deletionTimestamp") or deletion.protected(pv))
         spec = (pv or {}).get("spec") or {}
         attributes = (spec.get("csi") or {}).get("volumeAttributes") or {}
         ref = spec.get("claimRef") or {}
@@ -548,5 +497,5 @@ class DynamicController:
             self.claim_queue.add(rules.claim_key(claim))  # it finishes what was begun
             return
         # Never handed to anyone (no PV, claim gone or done), or released: nothing in it is kept.
-        if self._remove_image(record.pool, name, None):
+        if self.deleter.remove_image(record.pool, name, None):
             self.journal.drop(name)

@@ -13,10 +13,11 @@ anything is written to the pool, and the record follows it until the image is go
               here on it may hold a tenant's data: it is removed only on a release with
               reclaim policy Delete, and only once no loop device is bound to it.
 ``deleting``  its PV was released with Delete: the image is removed as soon as it is not
-              staged, then the PV object, then the record.
-``orphaned``  its PV vanished without a release the agent saw (deleted by hand): the image
-              is kept, never offered to anyone, and said so (metrics, ``localpv status``);
-              an operator removes it.
+              staged, then the PV object, its finalizer (:mod:`localpv.csi.deletion`), then
+              the record.
+``orphaned``  its PV vanished without a release the agent saw (deleted by hand, its
+              finalizer removed by hand or never added): the image is kept, never offered to
+              anyone, and said so (metrics, ``localpv status``); an operator removes it.
 
 Images are keyed by volume (PV) name, ``pvc-<claim uid>``: a claim only ever gets the image
 made for its own uid. The file is written atomically (temp file, fsync, rename, fsync of
@@ -99,15 +100,20 @@ class ImageJournal:
         self.path = Path(path) if path is not None else None
         self._lock = threading.Lock()
         self._records: dict[str, ImageRecord] = {}
+        #: Pool name -> the host directory its images were made in on this node. A pool's
+        #: directory may differ per node and change with the ConfigMap or the Node's labels
+        #: (``nodes`` overrides); its images do not move with it (:func:`localpv.csi.pools.move_refusal`).
+        #: Older agents ignore the key (and drop it when they write: it is learnt again).
+        self._pool_dirs: dict[str, str] = {}
         self.writes = 0
         #: Called after each write that changed a record (outside the lock): the capacity
         #: publisher's cue that a pool's account changed.
         self.listeners: list[Callable[[], None]] = []
         if self.path is not None and self.path.exists():
-            self._records = self._read(self.path)
+            self._records, self._pool_dirs = self._read(self.path)
 
     @staticmethod
-    def _read(path: Path) -> dict[str, ImageRecord]:
+    def _read(path: Path) -> tuple[dict[str, ImageRecord], dict[str, str]]:
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
             if doc.get("version") != FORMAT_VERSION:
@@ -119,7 +125,7 @@ class ImageJournal:
                 raw["size"] = int(raw["size"])
                 raw["since"] = float(raw["since"])
                 records[volume] = ImageRecord(**raw)
-            return records
+            return records, {str(k): str(v) for k, v in (doc.get("pools") or {}).items()}
         except ImageJournalError:
             raise
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
@@ -139,6 +145,20 @@ class ImageJournal:
         with self._lock:
             return sum(r.size for r in self._records.values() if r.pool == pool)
 
+    def pool_dir(self, pool: str) -> str | None:
+        """The host directory the images of ``pool`` were made in, None if never recorded."""
+        with self._lock:
+            return self._pool_dirs.get(pool)
+
+    def set_pool_dir(self, pool: str, host_dir: str) -> None:
+        """Record where the images of ``pool`` are (durably, when it changes)."""
+        with self._lock:
+            if self._pool_dirs.get(pool) == host_dir:
+                return
+            dirs = {**self._pool_dirs, pool: host_dir}
+            self._write(self._records, dirs)
+            self._pool_dirs = dirs
+
     def put(self, record: ImageRecord) -> None:
         self.apply({record.volume: record})
 
@@ -156,12 +176,12 @@ class ImageJournal:
                     updated[volume] = record
             if updated == self._records:
                 return
-            self._write(updated)
+            self._write(updated, self._pool_dirs)
             self._records = updated
         for listener in self.listeners:
             listener()
 
-    def _write(self, records: Mapping[str, ImageRecord]) -> None:
+    def _write(self, records: Mapping[str, ImageRecord], pool_dirs: Mapping[str, str]) -> None:
         self.writes += 1
         if self.path is None:
             return
@@ -170,5 +190,7 @@ class ImageJournal:
             raw = {k: v for k, v in asdict(record).items() if _OMITTED_WHEN_DEFAULT.get(k, object()) != v}
             raw["state"] = record.state.value
             images[volume] = raw
-        doc = {"version": FORMAT_VERSION, "images": images}
+        doc: dict[str, object] = {"version": FORMAT_VERSION, "images": images}
+        if pool_dirs:
+            doc["pools"] = dict(sorted(pool_dirs.items()))
         replace_durably(self.path, json.dumps(doc, indent=1).encode("utf-8"), point="image-journal")

@@ -16,6 +16,7 @@ not fit is rescheduled by the controller, so the scheduler can try another node.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Sequence
 from enum import Enum
 
 from localpv.config.dynamic import PoolConfig
@@ -29,6 +30,8 @@ class PoolState(Enum):
     NOT_MOUNTED = "not-mounted"
     #: on a filesystem in memory: its images would not outlive a reboot
     VOLATILE = "volatile"
+    #: configured at another directory than the one its images were made in
+    MOVED = "moved"
 
 
 #: Filesystems that keep their files in memory only: a pool on one loses every image, and
@@ -68,11 +71,39 @@ def _filesystem_type(path: str) -> str | None:
         os.close(fd)
 
 
+def move_refusal(name: str, recorded_dir: str | None, host_dir: str, volumes: Sequence[str],
+                 present: Collection[str]) -> str:
+    """Why pool ``name`` may not be used at ``host_dir`` now, or "" when it may. Pure.
+
+    ``recorded_dir``: where its images were made on this node (the image journal); ``volumes``:
+    the images recorded there that hold or may hold data (every state but ``creating``);
+    ``present``: those of them found at ``host_dir``. A pool's directory changes when the
+    ConfigMap or the Node's labels give the node another one (``nodes`` overrides). Its images
+    stay where they are: used at the new directory, each would be "missing" (stages fail; a
+    release would remove nothing and drop the record, leaving the image and its data behind
+    unrecorded) and the account would count none of them (promises made twice). So the pool is
+    refused, loudly, until it is back at its directory or its images are all at the new one
+    (the disk was mounted elsewhere: the images moved with it, and the record follows them).
+    """
+    if recorded_dir is None or recorded_dir == host_dir or not volumes:
+        return ""
+    missing = [v for v in volumes if v not in present]
+    if not missing:
+        return ""
+    sample = ", ".join(sorted(missing)[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    return (f"pool {name}: this node's configuration puts it at {host_dir}, but {len(volumes)} image(s) recorded in it "
+            f"were made at {recorded_dir} and {len(missing)} are not at {host_dir} ({sample}); nothing is made, staged "
+            f"or removed in the pool until it is at {recorded_dir} again (check the pool's nodes overrides and the "
+            f"Node's labels) or its images are at {host_dir}")
+
+
 class Pool:
     """One configured pool on this node."""
 
-    def __init__(self, config: PoolConfig) -> None:
+    def __init__(self, config: PoolConfig, refusal: str = "") -> None:
         self.config = config
+        #: Why the pool is not used at its configured directory (:func:`move_refusal`), or "".
+        self.refusal = refusal
         self.images = ImageStore(config.mount_dir, require_mount=config.require_mount)
 
     @property
@@ -81,6 +112,8 @@ class Pool:
 
     def state(self) -> tuple[PoolState, str]:
         """Whether images can be made and read here, and if not, a sentence saying why."""
+        if self.refusal:
+            return PoolState.MOVED, self.refusal
         path = self.config.mount_dir
         if not os.path.isdir(path):
             return PoolState.MISSING, (f"pool {self.name}: directory {self.config.host_dir} does not exist on this "

@@ -23,6 +23,7 @@ from localpv.config.dynamic import DynamicClass
 from localpv.csi.images import MIN_BLOCK_SIZE, MIN_SIZE, FsType, Provisioning
 from localpv.csi.journal import BLOCK, FILESYSTEM
 from localpv.csi.volume import FS_UUID, IMAGE_UUID, NODE, POOL, PROVISIONING
+from localpv.kube.finalizers import EXTERNAL_PROVISIONER_FINALIZER
 from localpv.kube.objects import Obj
 from localpv.naming import (
     HOSTNAME_LABEL_KEY,
@@ -35,6 +36,9 @@ from localpv.naming import (
 ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
 ANN_STORAGE_PROVISIONER_BETA = "volume.beta.kubernetes.io/storage-provisioner"
+#: external-provisioner's PV deletion protection finalizer (KEP-2644): on every PV with reclaim
+#: policy Delete until its volume is deleted (see :mod:`localpv.csi.deletion`).
+PV_FINALIZER = EXTERNAL_PROVISIONER_FINALIZER
 #: The StorageClass parameter the kubelet's CSI code and external-provisioner read the fsType from.
 FSTYPE_PARAMETER = "csi.storage.k8s.io/fstype"
 #: StorageClass parameters and the dynamicClassMap field each must agree with.
@@ -164,16 +168,18 @@ def check_mount_options(storage_class: Obj, settings: DynamicClass) -> None:
 def build_volume(request: Request, claim: Obj, storage_class: Obj, *, driver: str, node_name: str,
                  hostname: str, identity: str) -> Obj:
     """The PV of a made image, pre-bound to its claim (the PV controller finishes the bind).
-    ``identity``: the image's filesystem UUID, or a Block image's UUID."""
-    meta, cspec = claim["metadata"], claim.get("spec") or {}
+    ``identity``: the image's filesystem UUID, or a Block image's UUID. With reclaim policy
+    Delete it carries :data:`PV_FINALIZER` from the start, as external-provisioner's PVs do."""
+    claim_meta, cspec = claim["metadata"], claim.get("spec") or {}
     spec: Obj = {
         "capacity": {"storage": _quantity(request.size)},
         "accessModes": list(cspec.get("accessModes") or ["ReadWriteOnce"]),
         "persistentVolumeReclaimPolicy": storage_class.get("reclaimPolicy") or "Delete",
         "storageClassName": request.storage_class,
         "volumeMode": request.volume_mode,
-        "claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": meta.get("namespace"),
-                     "name": meta.get("name"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
+        "claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": claim_meta.get("namespace"),
+                     "name": claim_meta.get("name"), "uid": claim_meta.get("uid"),
+                     "resourceVersion": claim_meta.get("resourceVersion")},
         "csi": {"driver": driver, "volumeHandle": request.volume,
                 "volumeAttributes": {POOL: request.settings.pool, IMAGE_UUID if request.block else FS_UUID: identity,
                                      NODE: node_name, PROVISIONING: request.settings.provisioning}},
@@ -184,10 +190,11 @@ def build_volume(request: Request, claim: Obj, storage_class: Obj, *, driver: st
         spec["csi"]["fsType"] = request.settings.fs_type
         if storage_class.get("mountOptions"):
             spec["mountOptions"] = list(storage_class["mountOptions"])
-    return {"apiVersion": "v1", "kind": "PersistentVolume",
-            "metadata": {"name": request.volume, "labels": {NODE_LABEL_KEY: node_label_value(node_name)},
-                         "annotations": {PROVISIONED_BY_ANNOTATION: driver}},
-            "spec": spec}
+    meta: Obj = {"name": request.volume, "labels": {NODE_LABEL_KEY: node_label_value(node_name)},
+                 "annotations": {PROVISIONED_BY_ANNOTATION: driver}}
+    if spec["persistentVolumeReclaimPolicy"] == "Delete":
+        meta["finalizers"] = [PV_FINALIZER]
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta, "spec": spec}
 
 
 def is_ours(pv: Obj, driver: str) -> bool:

@@ -18,7 +18,9 @@ the release are in :mod:`localpv.nodecleanup.lostnode`.
 * **stale PV path** - every ``stale_pv_discovery_interval``: such PVs of *deleted* nodes that
   are ``Available`` (any reclaim policy) or ``Released`` with ``Delete`` are deleted. A PV of
   an out-of-service node that still exists is left: the node may come back, and its agent
-  then removes a Released volume the usual way.
+  then removes a Released volume the usual way. A dynamic PV it deletes also loses its
+  agent's deletion protection finalizer (that agent went with the node; the PV would stay
+  Terminating), as does one found Terminating already.
 
 Where this is deliberately safer than upstream:
 
@@ -56,6 +58,7 @@ from localpv.kube import objects as k8s
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import ApiError, Conflict, NotFound
 from localpv.kube.events import WARNING, EventRecorder
+from localpv.kube.finalizers import EXTERNAL_PROVISIONER_FINALIZER, patch_finalizers
 from localpv.kube.informer import Informer
 from localpv.kube.objects import Obj
 from localpv.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, PODS
@@ -66,6 +69,7 @@ from localpv.nodecleanup.lostnode import (
     NodeState,
     Scope,
     Step,
+    held_by_its_agent,
     is_opted_in_volume,
     out_of_service,
     pv_node_names,
@@ -121,7 +125,7 @@ def stale_pv_blocker(
     """
     if not is_opted_in_volume(pv, scope):
         return "not a local volume of an opted-in StorageClass"
-    if k8s.deleting(pv):
+    if k8s.deleting(pv) and not held_by_its_agent(pv):
         return "volume is being deleted already"
     phase = k8s.pv_phase(pv)
     policy = (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy")
@@ -472,7 +476,11 @@ class NodeCleanupController:
         phase = k8s.pv_phase(pv)
         meta = pv["metadata"]
         try:
-            self.api.delete(PERSISTENT_VOLUMES, name, uid=meta.get("uid"), resource_version=meta.get("resourceVersion"))
+            if not k8s.deleting(pv):
+                self.api.delete(PERSISTENT_VOLUMES, name, uid=meta.get("uid"),
+                                resource_version=meta.get("resourceVersion"))
+            if held_by_its_agent(pv):
+                self._release_finalizer(name, str(meta.get("uid") or ""))
         except NotFound:
             pass
         except Conflict:
@@ -487,8 +495,21 @@ class NodeCleanupController:
         log.info("volume %s (%s) of deleted nodes %s deleted", name, phase, nodes)
         what = ("its disk image is on that node and is not removed" if k8s.pv_is_csi(pv)
                 else "the data on that node's disk is not touched")
+        if held_by_its_agent(pv):
+            what += f"; its finalizer {EXTERNAL_PROVISIONER_FINALIZER} is removed, as its agent went with the node"
         self.recorder.event(pv, WARNING, REFERENCED_NODE_DELETED,
                             f"PersistentVolume ({phase}) deleted: its Node(s) {', '.join(nodes)} are deleted; {what}")
+
+    def _release_finalizer(self, name: str, uid: str) -> None:
+        """Take the agent's deletion protection finalizer off the PV with this uid (only that
+        one: other controllers' finalizers stay)."""
+        def wanted(current: Obj) -> list[str] | None:
+            finalizers = current["metadata"].get("finalizers") or []
+            if current["metadata"].get("uid") != uid or EXTERNAL_PROVISIONER_FINALIZER not in finalizers:
+                return None
+            return [f for f in finalizers if f != EXTERNAL_PROVISIONER_FINALIZER]
+
+        patch_finalizers(self.api, PERSISTENT_VOLUMES, name, wanted)
 
 
 def _claim_object(ref: Obj) -> dict[str, Any]:

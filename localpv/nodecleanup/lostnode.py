@@ -36,6 +36,7 @@ from typing import Any
 
 from localpv.csi.provisioner import is_ours
 from localpv.kube import objects as k8s
+from localpv.kube.finalizers import EXTERNAL_PROVISIONER_FINALIZER
 from localpv.kube.objects import Obj
 from localpv.naming import HOSTNAME_LABEL_KEY
 
@@ -227,11 +228,20 @@ def release_step(pv: Obj, claim: Obj | None, pods: Iterable[Obj], scope: Scope, 
     return Step(Action.KEEP, "claim is gone and no pod waits on it", state)
 
 
+def held_by_its_agent(pv: Obj) -> bool:
+    """A dynamic PV carrying the deletion protection finalizer its agent removes once the
+    image is gone (KEP-2644). On a lost node that agent is gone: such a PV, deleted before its
+    claim, still has a claim to release, and once its node is deleted for good it would stay
+    Terminating forever unless node cleanup lets it go."""
+    return k8s.pv_is_csi(pv) and EXTERNAL_PROVISIONER_FINALIZER in (pv["metadata"].get("finalizers") or [])
+
+
 def scan_candidate(pv: Obj, scope: Scope, state_of: NodeStateOf) -> NodeState | None:
     """The lost-node state that makes ``pv`` worth a fresh look by the claim path, else None:
     a claimed volume of an opted-in class on lost nodes; a Released one only when pods may
     still wait on its claim (pod deletion on), since its claim is gone already."""
-    if not is_opted_in_volume(pv, scope) or k8s.pv_claim_ref(pv) is None or k8s.deleting(pv):
+    if not is_opted_in_volume(pv, scope) or k8s.pv_claim_ref(pv) is None or (
+            k8s.deleting(pv) and not held_by_its_agent(pv)):
         return None
     if k8s.pv_phase(pv) == "Released" and not scope.delete_pods:
         return None

@@ -46,7 +46,8 @@ completer), :mod:`.routing`, :mod:`.selection`, :mod:`.tables`, :mod:`.watch`,
 Everything callers use is imported from the package itself.
 
 Usage: ``ApiServer().start()`` in tests, or
-``python -m localpv_emulator.apiserver --port N --kubeconfig-out FILE [--binder] [--job-completer]``.
+``python -m localpv_emulator.apiserver --port N --kubeconfig-out FILE [--binder] [--job-completer]
+[--honor-pv-reclaim-policy true|false]``.
 """
 
 from __future__ import annotations

@@ -37,6 +37,10 @@ class ApiServer:
     Direct methods (:meth:`create`, :meth:`get`, ...) bypass HTTP but not the rules: they
     validate, bump resourceVersions and feed watches exactly like requests, and return
     copies. Every method is thread-safe.
+
+    ``honor_pv_reclaim_policy`` is the feature gate ``HonorPVReclaimPolicy`` of the PV
+    controller (on by default from 1.31, the release the emulator answers as; off: as before
+    1.31, or a cluster that turned it off): see :class:`~localpv_emulator.binder.PVBinder`.
     """
 
     def __init__(
@@ -48,6 +52,7 @@ class ApiServer:
         bookmark_interval: float = 1.0,
         seed: int | None = None,
         kube_version: str = KUBE_VERSION,
+        honor_pv_reclaim_policy: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
         capacity_versions: Iterable[str] | None = None,
@@ -75,7 +80,8 @@ class ApiServer:
         self._lifecycle = threading.Lock()
         self._controllers: list[Reconciler] = [GarbageCollector(self.store)]
         if binder:
-            self._controllers.append(PVBinder(ClusterView(self.store)))
+            self._controllers.append(PVBinder(ClusterView(self.store),
+                                              honor_pv_reclaim_policy=honor_pv_reclaim_policy))
         if job_completer:
             self._controllers.append(JobCompleter(self.store, self._job_outcome))
         for name in _SYSTEM_NAMESPACES:

@@ -25,13 +25,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity-versions", default=None, metavar="V[,V...]",
                         help="storage.k8s.io versions of CSIStorageCapacity to serve, of v1, v1beta1, v1alpha1 "
                              f"('none': none; default: env {CAPACITY_VERSIONS_ENV}, else v1)")
+    parser.add_argument("--honor-pv-reclaim-policy", choices=("true", "false"), default="true",
+                        help="the PV controller's feature gate HonorPVReclaimPolicy (on by default from 1.31)")
     args = parser.parse_args(argv)
     versions = None if args.capacity_versions is None else [
         v.strip() for v in args.capacity_versions.split(",") if v.strip() not in ("", "none")]
     try:
         server = ApiServer(binder=args.binder, job_completer=args.job_completer, history_limit=args.history_limit,
                            bookmark_interval=args.bookmark_interval, kube_version=args.kube_version, port=args.port,
-                           capacity_versions=versions)
+                           capacity_versions=versions, honor_pv_reclaim_policy=args.honor_pv_reclaim_policy == "true")
     except ValueError as err:
         parser.error(f"--capacity-versions: {err}")
     stop = threading.Event()

@@ -80,6 +80,30 @@ def test_dry_run_with_a_cluster_uses_its_node_classes_and_pvs(
     assert apiserver.requests.count(verb="create") == 0 and apiserver.requests.count(verb="patch") == 0
 
 
+def test_dry_run_uses_the_directories_the_nodes_labels_select(
+    tmp_path: Path, mounter: Mounter, apiserver: ApiServer
+) -> None:
+    """What the node's agent would do with its nodes overrides applied (issue 25.5): by the
+    Node's labels with a cluster; without one, by name only, and said."""
+    mounter.tmpfs(tmp_path / "nvme" / "vol1")
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"storageClassMap": {"local-fs": {
+        "hostDir": "/mnt/disks", "mountDir": str(tmp_path / "none"),
+        "nodes": [{"matchLabels": {"disk": "nvme"}, "hostDir": "/mnt/nvme", "mountDir": str(tmp_path / "nvme")}]}}}))
+    apiserver.create(node("n1", {"disk": "nvme"}))
+    apiserver.create(storage_class("local-fs"))
+    kubeconfig = tmp_path / "kc"
+    apiserver.write_kubeconfig(str(kubeconfig))
+    proc = localpv("discover", "--dry-run", "--config", str(cfg), "--node", "n1", "-o", "json",
+                   "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == 0, proc.stderr
+    [volume] = json.loads(proc.stdout)["volumes"]
+    assert volume["spec"]["local"]["path"] == "/mnt/nvme/vol1"
+    blind = localpv("discover", "--dry-run", "--config", str(cfg), "--node", "n1", "-o", "json")
+    assert json.loads(blind.stdout)["volumes"] == []
+    assert "the Node's labels are unknown, so the overrides by matchLabels (nodes) are not applied" in blind.stderr
+
+
 def test_cleanup_device_uses_the_packaged_default_cleaner(loops: LoopDevices) -> None:
     dev = loops.attach(ext4=True)
     assert subprocess.run(["blkid", dev.path], capture_output=True, check=False).returncode == 0

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from localpv.kube.api import KubeApi
+from localpv.kube.finalizers import EXTERNAL_PROVISIONER_FINALIZER as PV_FINALIZER
 from localpv.kube.informer import Informer
 from localpv.kube.objects import Obj
-from localpv.kube.resources import NODES
+from localpv.kube.resources import NODES, PERSISTENT_VOLUMES
 from localpv.nodecleanup.controller import (
     POD_DELETED_FOR_LOST_NODE,
     REFERENCED_NODE_DELETED,
@@ -186,6 +187,30 @@ def test_deleted_node_releases_static_and_dynamic_claims_and_their_pods_in_order
     env.drive(lambda: ctl.scheduled() == {}, "releases finished")
     assert env.get_pod("db-2") is not None and uid(env.get_pod("db-2")) == uid(live)
     assert env.pvc("data-db-2") is not None and env.phase("pv-live") == "Bound"
+
+
+def test_a_protected_dynamic_volume_of_a_deleted_node_is_not_left_terminating(env: Cluster) -> None:
+    """A dynamic PV carries its agent's deletion protection finalizer (KEP-2644); its agent died
+    with the node, so nobody else would ever remove it: the PV would stay Terminating for good.
+    Node cleanup deletes it and takes the finalizer off, on a PV it deletes and on one found
+    already Terminating; a protected PV on a live node keeps its finalizer."""
+    def protected(pv: Obj) -> Obj:
+        pv["metadata"]["finalizers"] = [PV_FINALIZER]
+        return pv
+
+    env.bound(protected(dynamic_pv("pvc-d")), "data-db-1", "fast")
+    env.bound(protected(dynamic_pv("pvc-t")), "data-db-3", "fast")
+    env.bound(protected(dynamic_pv("pvc-live", node_name="n2")), "data-db-2", "fast")
+    ctl = env.start(("fast",))
+    env.api.delete(PERSISTENT_VOLUMES, "pvc-t")  # deleted before its claim: Terminating, held
+    assert ((env.pv("pvc-t") or {}).get("metadata") or {}).get("deletionTimestamp")
+
+    env.delete_node("n1")
+    env.drive_protected(lambda: env.pv("pvc-d") is None and env.pv("pvc-t") is None,
+                        "the dynamic volumes of the deleted node gone, not left Terminating")
+    env.drive(lambda: ctl.scheduled() == {}, "releases finished")
+    live = env.pv("pvc-live") or {}
+    assert live["metadata"].get("finalizers") == [PV_FINALIZER] and not live["metadata"].get("deletionTimestamp")
 
 
 def test_claim_recreated_by_the_statefulset_and_its_pod_are_never_touched(env: Cluster) -> None:

@@ -186,12 +186,21 @@ def test_an_interrupted_image_whose_claim_is_gone_is_removed(env: Env) -> None:
     assert env.journal().snapshot() == {}
 
 
-def test_a_pv_deleted_by_hand_keeps_its_image_as_orphaned(env: Env) -> None:
+def test_a_pv_deleted_by_hand_without_its_finalizer_keeps_its_image_as_orphaned(env: Env) -> None:
+    """Its finalizer removed by hand (``kubectl patch``), then the PV deleted: nothing held the
+    object for a release, and no one asked for the data to go - it is kept."""
     controller = env.start()
     made = env.claim("data")
     pv = wait_for(lambda: env.bound_pv("data"), what="the claim to be Bound")
     volume = pv["metadata"]["name"]
+    wait_for(lambda: (r := env.journal().get(volume)) is not None and r.pv_uid, what="the PV's uid in the journal")
+    env.stop()  # no agent adds the finalizer back meanwhile
+    pv = env.server.get("v1", "PersistentVolume", volume)
+    assert pv is not None
+    pv["metadata"]["finalizers"] = []
+    env.server.update(pv)
     env.server.delete("v1", "PersistentVolume", volume)
+    controller = env.start()
     controller.recover()
     assert env.journal().get(volume).state is ImageState.ORPHANED  # type: ignore[union-attr]
     assert env.pool_env.pool.images.exists(volume)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
@@ -12,6 +15,18 @@ from localpv_emulator.apiserver import ApiServer
 from tests.emulator.conftest import node, phase, pv, pvc, storage_class, wait_for
 
 SELECTED = "volume.kubernetes.io/selected-node"
+
+
+@pytest.fixture
+def srv_without_honor() -> Iterator[ApiServer]:
+    """The emulator as a cluster with the feature gate HonorPVReclaimPolicy off (before 1.31)."""
+    server = ApiServer(binder=True, honor_pv_reclaim_policy=False)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert server.controller_failures == []
 
 
 def bound_volume(srv: ApiServer, claim: str, namespace: str = "default") -> str | None:
@@ -202,3 +217,62 @@ def test_the_choice_matches_the_reference_rule(srv: ApiServer, volumes: list[tup
 
 
 EXAMPLE = itertools.count()
+
+
+# --------------------------------------------------------------------------- HonorPVReclaimPolicy (KEP-2644)
+
+IN_TREE = "kubernetes.io/gce-pd"
+PV_CONTROLLER = "kubernetes.io/pv-controller"
+EXTERNAL = "external-provisioner.volume.kubernetes.io/finalizer"
+
+
+def provisioned(name: str, by: str, *, reclaim: str = "Delete", finalizers: tuple[str, ...] = ()) -> dict[str, Any]:
+    volume = pv(name, reclaim=reclaim)
+    volume["metadata"]["annotations"] = {"pv.kubernetes.io/provisioned-by": by}
+    if finalizers:
+        volume["metadata"]["finalizers"] = list(finalizers)
+    return volume
+
+
+def finalizers(srv: ApiServer, name: str) -> list[str] | None:
+    srv.settle()
+    volume = srv.get("v1", "PersistentVolume", name)
+    return None if volume is None else list(volume["metadata"].get("finalizers") or [])
+
+
+def test_the_pv_controller_protects_in_tree_dynamic_volumes_with_delete_only(srv: ApiServer) -> None:
+    srv.create(provisioned("in-tree", IN_TREE, finalizers=(EXTERNAL,)))
+    srv.create(provisioned("in-tree-retain", IN_TREE, reclaim="Retain", finalizers=(PV_CONTROLLER,)))
+    srv.create(provisioned("csi", "local.csi.localpv.dev"))
+    srv.create(provisioned("csi-protected", "local.csi.localpv.dev", finalizers=(EXTERNAL,)))
+    srv.create(pv("static", reclaim="Delete"))
+    assert finalizers(srv, "in-tree") == [PV_CONTROLLER], "external-provisioner's finalizer is not an in-tree one's"
+    assert finalizers(srv, "in-tree-retain") == []
+    assert finalizers(srv, "csi") == [] and finalizers(srv, "csi-protected") == [EXTERNAL]
+    assert finalizers(srv, "static") == []
+    # The policy changed to Retain: the finalizer goes.
+    volume = srv.get("v1", "PersistentVolume", "in-tree")
+    assert volume is not None
+    volume["spec"]["persistentVolumeReclaimPolicy"] = "Retain"
+    srv.update(volume)
+    assert finalizers(srv, "in-tree") == []
+
+
+def test_an_in_tree_volume_deleted_before_its_claim_waits_for_the_claim(srv: ApiServer) -> None:
+    srv.create(provisioned("in-tree", IN_TREE))
+    srv.create(pvc("data"))
+    assert bound_volume(srv, "data") == "in-tree"
+    srv.delete("v1", "PersistentVolume", "in-tree")
+    srv.settle()
+    volume = srv.get("v1", "PersistentVolume", "in-tree")
+    assert volume is not None and volume["metadata"]["deletionTimestamp"] and volume["status"]["phase"] == "Bound"
+    srv.delete("v1", "PersistentVolumeClaim", "data", "default")
+    wait_for(lambda: srv.get("v1", "PersistentVolume", "in-tree") is None, what="the released volume to go")
+
+
+def test_without_the_gate_nothing_is_added(srv_without_honor: ApiServer) -> None:
+    srv = srv_without_honor
+    srv.create(provisioned("in-tree", IN_TREE))
+    srv.create(pvc("data"))
+    assert bound_volume(srv, "data") == "in-tree"
+    assert finalizers(srv, "in-tree") == []

@@ -24,6 +24,7 @@ from localpv.csi.capacity import Room
 from localpv.csi.publisher import CapacityPublisher, CapacitySettings
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import Backoff
+from localpv.kube.finalizers import EXTERNAL_PROVISIONER_FINALIZER
 from localpv.kube.transport import connect
 from localpv.naming import MiB
 from localpv.nfs.app import NfsOptions, NfsReplica
@@ -55,8 +56,10 @@ DYNAMIC_VALUES: dict[str, Any] = {"dynamic": {"pools": [{"name": "fast", "hostDi
                                               "classes": [{"name": "dyn", "pool": "fast"},
                                                           {"name": "dyn-thick", "pool": "fast",
                                                            "provisioning": "thick"}]}}
-CLEANUP_VALUES: dict[str, Any] = {"nodeCleanup": {"enabled": True},
-                                  "classes": [{"name": "local-fs", "hostDir": "/mnt/local-fs"}]}
+CLEANUP_VALUES: dict[str, Any] = {"nodeCleanup": {"enabled": True, "storageClassNames": ["local-fs", "dyn"]},
+                                  "classes": [{"name": "local-fs", "hostDir": "/mnt/local-fs"}],
+                                  "dynamic": {"pools": [{"name": "p", "hostDir": "/mnt/p"}],
+                                              "classes": [{"name": "dyn", "pool": "p"}]}}
 
 
 @pytest.fixture(scope="module")
@@ -311,6 +314,20 @@ def test_node_cleanup_needs_nothing_beyond_the_charts_rbac(charts: dict[str, Ins
         server.create(data)
         wait_for(lambda: (server.get("v1", "PersistentVolume", "local-pv-1") or {}).get("status", {}).get("phase")
                  == "Bound", what="volume bound")
+        # A dynamic volume held by its agent's deletion protection finalizer: that agent went with
+        # the node, so node cleanup takes the finalizer off (a patch) once it deletes the PV.
+        driver = args["--csi-driver-name"]
+        server.create({"apiVersion": "v1", "kind": "PersistentVolume",
+                       "metadata": {"name": "pvc-dyn", "finalizers": [EXTERNAL_PROVISIONER_FINALIZER],
+                                    "annotations": {"pv.kubernetes.io/provisioned-by": driver}},
+                       "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteOnce"],
+                                "storageClassName": "dyn", "persistentVolumeReclaimPolicy": "Delete",
+                                "csi": {"driver": driver, "volumeHandle": "pvc-dyn"}, "nodeAffinity": affinity}})
+        dyn = claim("dyn-data", "dyn", namespace=NAMESPACE)
+        dyn["spec"]["volumeName"] = "pvc-dyn"
+        server.create(dyn)
+        wait_for(lambda: (server.get("v1", "PersistentVolume", "pvc-dyn") or {}).get("status", {}).get("phase")
+                 == "Bound", what="dynamic volume bound")
         server.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "db-0", "namespace": NAMESPACE},
                        "spec": {"nodeName": "gone-soon", "containers": [{"name": "db", "image": "db"}],
                                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}})
@@ -327,6 +344,8 @@ def test_node_cleanup_needs_nothing_beyond_the_charts_rbac(charts: dict[str, Ins
             wait_for(lambda: server.get("v1", "PersistentVolume", "local-pv-1") is None, timeout=15,
                      what="claim and volume of the deleted node removed")
             assert server.get("v1", "PersistentVolumeClaim", "data", NAMESPACE) is None
+            wait_for(lambda: server.get("v1", "PersistentVolume", "pvc-dyn") is None, timeout=15,
+                     what="the dynamic volume of the deleted node removed, not left Terminating")
             wait_for(lambda: server.get("v1", "Pod", "db-0", NAMESPACE) is None, what="its pod on the node removed")
         finally:
             controller.stop()
@@ -334,6 +353,6 @@ def test_node_cleanup_needs_nothing_beyond_the_charts_rbac(charts: dict[str, Ins
         assert refused(server, grants_for(inst, sa)) == []
         used = {(r.verb, r.resource) for r in server.requests}
         assert {("delete", "persistentvolumeclaims"), ("delete", "persistentvolumes"), ("list", "pods"),
-                ("delete", "pods")} <= used
+                ("delete", "pods"), ("patch", "persistentvolumes")} <= used
     finally:
         server.stop()

@@ -15,6 +15,10 @@ Scenarios:
   create), staged by the kubelet with a tenant's data, grown (journal size; PV capacity; claim
   status), unstaged and its claim deleted (deleting, the image removed, the PV deleted, the
   record dropped);
+* ``image-pv-first`` - a dynamic claim provisioned and Bound, then its PV deleted before it
+  (``kubectl delete pv``: the finalizer holds the object, the image is kept while the claim is
+  Bound), then the claim deleted (deleting, the image removed, the finalizer removed, the
+  record dropped);
 * ``volume`` - a static volume offered, claimed, written, released, cleaned and offered again
   (the agent journal's release, clean and re-offer; the PV create and delete);
 * ``moved`` - a static disk with an identity bound and written; with the agent stopped, its
@@ -339,6 +343,36 @@ class ImageScenario(Scenario):
         shutil.rmtree(self.short, ignore_errors=True)
 
 
+class ImagePvFirstScenario(ImageScenario):
+    """KEP-2644's order: the PV deleted while its claim is Bound, then the claim."""
+
+    name = "image-pv-first"
+
+    def steps(self) -> list[tuple[str, Callable[[], bool]]]:
+        return [("the claim made", self._claim), ("the claim Bound", self._bound),
+                ("the PV protected", self._protected), ("the PV deleted first", self._delete_pv),
+                ("the claim deleted", self._delete), ("the image, its record and its PV gone", self._gone)]
+
+    def _protected(self) -> bool:
+        pv = self.server.get("v1", "PersistentVolume", self.pv) or {}
+        return "external-provisioner.volume.kubernetes.io/finalizer" in (pv.get("metadata", {}).get("finalizers") or [])
+
+    def _delete_pv(self) -> bool:
+        with contextlib.suppress(ApiError):
+            self.server.delete("v1", "PersistentVolume", self.pv)
+        pv = self.server.get("v1", "PersistentVolume", self.pv) or {}
+        return bool(pv.get("metadata", {}).get("deletionTimestamp"))
+
+    def check(self) -> None:
+        super().check()
+        pvc = self.server.get("v1", "PersistentVolumeClaim", "data", "default") or {}
+        if self.pv and (pvc.get("status") or {}).get("phase") == "Bound" and pvc["spec"].get("volumeName") == self.pv:
+            if self.server.get("v1", "PersistentVolume", self.pv) is None:
+                raise Violation("unprotected", f"{self.pv} is gone while its claim is Bound")
+            if not (self.pool / self.pv / "disk.img").exists():
+                raise Violation("removed-bound", f"{self.pv}'s image is gone while its claim is Bound")
+
+
 def mounted(path: Path) -> bool:
     return any(line.split()[4] == str(path) for line in Path("/proc/self/mountinfo").read_text().splitlines())
 
@@ -577,7 +611,8 @@ class NfsDeleteScenario(NfsScenario):
                 and not self.server.list("v1", "PersistentVolume"))
 
 
-SCENARIOS: dict[str, Callable[[], Scenario]] = {"image": ImageScenario, "volume": VolumeScenario,
+SCENARIOS: dict[str, Callable[[], Scenario]] = {"image": ImageScenario, "image-pv-first": ImagePvFirstScenario,
+                                                 "volume": VolumeScenario,
                                                  "moved": MovedScenario, "nfs": NfsScenario,
                                                  "nfs-delete": NfsDeleteScenario}
 

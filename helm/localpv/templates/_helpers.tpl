@@ -311,6 +311,9 @@ imagePullSecrets:
 {{- end }}
 {{- if include "localpv.agentEnabled" . }}
 {{- include "localpv.perNodeDirRefusals" (dict "key" "agent.stateDir" "path" .Values.agent.stateDir) }}
+{{- if and .Values.agent.stateDirPerNode (contains "$(NODE_NAME)" (toString .Values.agent.stateDir)) }}
+{{- fail (printf "agent.stateDirPerNode: expected false when agent.stateDir names the node ($(NODE_NAME)), found true with %s: each would add the node's name" .Values.agent.stateDir) }}
+{{- end }}
 {{- if .Values.dynamic.classes }}
 {{- include "localpv.perNodeDirRefusals" (dict "key" "dynamic.kubeletDir" "path" .Values.dynamic.kubeletDir) }}
 {{- $state := get (include "localpv.perNodeDir" (dict "path" .Values.agent.stateDir) | fromJson) "volume" }}
@@ -399,4 +402,41 @@ installed. Directories are compared cleaned (path.Clean: "//", "/./", a trailing
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The directories the per-node overrides (classes[].nodes, dynamic.pools[].nodes) name, to be
+mounted in every agent pod as the classes' and pools' own are (one pod spec serves every node;
+each agent uses the ones its node gets). Returned as YAML {dirs: [{hostDir, mountDir}]}, without
+the mount points the classes and pools already have. One mount point for two host directories
+cannot be: refused, naming both.
+*/}}
+{{- define "localpv.overrideDirs" -}}
+{{- $seen := dict }}
+{{- range .Values.classes }}{{ $_ := set $seen (include "localpv.mountDir" .) (toString .hostDir) }}{{ end }}
+{{- if .Values.dynamic.classes }}
+{{- range .Values.dynamic.pools }}{{ $_ := set $seen (toString (.mountDir | default .hostDir)) (toString .hostDir) }}{{ end }}
+{{- end }}
+{{- $dirs := list }}
+{{- $entries := list }}
+{{- range $i, $class := .Values.classes }}{{ $entries = append $entries (dict "where" (printf "classes[%d]" $i) "nodes" $class.nodes) }}{{ end }}
+{{- if .Values.dynamic.classes }}
+{{- range $i, $pool := .Values.dynamic.pools }}{{ $entries = append $entries (dict "where" (printf "dynamic.pools[%d]" $i) "nodes" $pool.nodes) }}{{ end }}
+{{- end }}
+{{- range $entry := $entries }}
+{{- range $j, $node := $entry.nodes }}
+{{- if $node.hostDir }}
+{{- $mountDir := toString ($node.mountDir | default $node.hostDir) }}
+{{- if hasKey $seen $mountDir }}
+{{- if ne (get $seen $mountDir) (toString $node.hostDir) }}
+{{- fail (printf "%s.nodes[%d].mountDir: expected a mount point of its own in the agent (every node's agent pod mounts every directory), found %s, where %s is mounted already" $entry.where $j $mountDir (get $seen $mountDir)) }}
+{{- end }}
+{{- else }}
+{{- $_ := set $seen $mountDir (toString $node.hostDir) }}
+{{- $dirs = append $dirs (dict "hostDir" (toString $node.hostDir) "mountDir" $mountDir) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml (dict "dirs" $dirs) }}
 {{- end }}
