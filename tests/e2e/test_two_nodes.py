@@ -284,8 +284,9 @@ def test_claims_that_fit_only_the_second_node_are_provisioned_there_at_the_first
         assert (fleet.second_pool / pv["metadata"]["name"] / "disk.img").exists()
         reasons = reasons_on(cluster, ns, name)
         assert "ProvisioningFailed" not in reasons and "ProvisioningSucceeded" in reasons, reasons
-    # The second node's figure went down by what was promised (thin, overcommit 1).
-    published(cluster, fleet, nodes, lambda c: c[node2] <= before[node2] - 2 * size,
+    # The second node's figure went down by both claims' promises (thin, overcommit 1); by more
+    # than one claim's, since the figure read before may lag an earlier release by a little.
+    published(cluster, fleet, nodes, lambda c: c[node2] <= before[node2] - 3 * size // 2,
               f"{node2}'s room less the two claims")
 
 
