@@ -197,6 +197,18 @@ class Cluster:
         return str(stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=command,
                           stdout=True, stderr=True, stdin=False, tty=False, _request_timeout=120))
 
+    def force_delete_pod(self, name: str, namespace: str) -> None:
+        """Delete a pod at once (grace period 0): for a pod whose node is gone, no kubelet will
+        ever confirm a graceful deletion (``kubectl delete --force --grace-period=0``)."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            client.CoreV1Api(self.client).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
     def events(self, namespace: str) -> list[Obj]:
         return self.list(EVENTS, namespace)
 

@@ -58,13 +58,18 @@ class Release:
     manifest: str = ""
 
     def values(self, base: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-        """``base`` (a values file) with what the suite must set: the image, the host paths."""
+        """``base`` (a values file) with what the suite must set: the image, the host paths,
+        and a node selector that keeps the agent (and the NFS provisioner) on the suite's node:
+        its discovery dir and journal are on that node's host, and on a cluster whose nodes
+        share one host (realk8s's two nodes) a second agent would offer the same volumes as
+        PVs of its node and find the journal locked (``extra`` may set another selector)."""
         values = dict(base or {})
         values.update({
             "image": self.cluster.image,
             "imagePullPolicy": "IfNotPresent",
             "agent": {**(values.get("agent") or {}), "stateDir": str(self.host.state)},
             "classes": [{"name": self.storage_class, "hostDir": str(self.host.disks)}],
+            "nodeSelector": {**(values.get("nodeSelector") or {}), "kubernetes.io/hostname": self.cluster.hostname},
         })
         values.update(extra)
         return values

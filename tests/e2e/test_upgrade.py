@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from localpv.kube.finalizers import EXTERNAL_PROVISIONER_FINALIZER
 from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, PODS
 from tests.e2e.cluster import CHART, DAEMON_SETS, Cluster, Obj, wait_for
 from tests.e2e.conftest import Release
@@ -252,6 +253,14 @@ def setup(release_factory: Callable[..., Release], cluster: Cluster) -> Iterator
                 continue
             with contextlib.suppress(AssertionError):
                 cluster.delete_and_wait(PODS, pod["metadata"]["name"], ns, timeout=90)
+        # Rolled back, the previous agent never removes the deletion protection finalizer this
+        # checkout's agent put on its PVs (issue 26.2c): a PV released then stays Terminating
+        # for good. docs/operations.md's step, for every PV of the driver.
+        for pv in cluster.list(PERSISTENT_VOLUMES):
+            if (pv["spec"].get("csi") or {}).get("driver") == DRIVER and EXTERNAL_PROVISIONER_FINALIZER in (
+                    pv["metadata"].get("finalizers") or []):
+                unprotect = {"metadata": {"$deleteFromPrimitiveList/finalizers": [EXTERNAL_PROVISIONER_FINALIZER]}}
+                cluster.api.patch(PERSISTENT_VOLUMES, pv["metadata"]["name"], unprotect, patch_type="strategic")
         for pvc in cluster.list(PERSISTENT_VOLUME_CLAIMS, ns):
             cluster.delete(PERSISTENT_VOLUME_CLAIMS, pvc["metadata"]["name"], ns)
 

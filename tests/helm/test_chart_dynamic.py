@@ -41,6 +41,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                                                              mountDir="/mnt/pools/fast")]),
     "pools-side-by-side": _dynamic(pools=[_pool(), _pool(name="fast2", hostDir="/mnt/pools/fast2")]),
     "unknown-pool": _dynamic(classes=[{"name": "d", "pool": "slow"}]),
+    # Several kubelets on one host (test clusters), a state disk shared by the nodes.
+    "per-node-dirs": {**_dynamic(kubeletDir="/data/nodes/$(NODE_NAME)/kubelet"),
+                      "agent": {"stateDir": "/srv/localpv-state/$(NODE_NAME)"}},
+    "node-name-at-the-root": {**DYNAMIC, "agent": {"stateDir": "/$(NODE_NAME)/localpv"}},
+    "another-variable": _dynamic(kubeletDir="/data/nodes/$(HOSTNAME)/kubelet"),
+    "node-name-twice": {**DYNAMIC, "agent": {"stateDir": "/srv/state/$(NODE_NAME)", "stateDirPerNode": True}},
+    "state-and-kubelet-from-one-dir": {**_dynamic(kubeletDir="/data/$(NODE_NAME)/kubelet"),
+                                       "agent": {"stateDir": "/data/$(NODE_NAME)/localpv"}},
     "no-capacity-tracking": _dynamic(storageCapacity=False),
 }
 #: Each refused scenario and the words its message must hold.
@@ -55,6 +63,14 @@ REFUSED: dict[str, list[str]] = {
     "two-pools-one-mount-dir": ["dynamic.pools[1].mountDir: expected a directory apart from every other pool's, "
                                 "found /mnt/pools/fast, the same directory as dynamic.pools[0].mountDir"],
     "unknown-pool": ['dynamic.classes[0].pool: expected a pool of dynamic.pools (fast), found "slow"'],
+    "node-name-at-the-root": ["agent.stateDir: expected $(NODE_NAME) below a directory of the host",
+                              "found it in the first component of /$(NODE_NAME)/localpv"],
+    "another-variable": ["dynamic.kubeletDir: expected $(NODE_NAME) as the only variable (the node's name), "
+                         "found /data/nodes/$(HOSTNAME)/kubelet"],
+    "node-name-twice": ["agent.stateDirPerNode: expected false when agent.stateDir names the node ($(NODE_NAME)), "
+                        "found true with /srv/state/$(NODE_NAME)"],
+    "state-and-kubelet-from-one-dir": ["agent.stateDir: expected a host directory apart from dynamic.kubeletDir's, "
+                                       "found both mounted from /data"],
 }
 
 
@@ -159,6 +175,41 @@ def test_an_existing_csidriver_keeps_its_policy_where_it_cannot_change(installs:
     assert rendered["spec"].get("fsGroupPolicy") == policy
     assert f"keeps fsGroupPolicy {policy or '(none)'}" in inst.notes
     assert f"kubectl delete csidriver {DRIVER_NAME}" in inst.notes
+
+
+def test_a_dir_that_names_the_node_mounts_the_dir_above_and_gives_the_agent_its_nodes_path(
+        installs: dict[str, Install]) -> None:
+    """Two kubelets on one host (realk8s's two nodes) have two root dirs, and two agents on one
+    state dir exit but one: `$(NODE_NAME)` in agent.stateDir and dynamic.kubeletDir. A
+    DaemonSet's hostPath cannot name the node, so the directory above it is mounted, at the
+    same path (the kubelet's target paths must resolve in the container), and the agent gets
+    the path with `$(MY_NODE_NAME)`, which the kubelet expands in args and in env values from
+    variables defined before them."""
+    ds = installed(installs, "per-node-dirs").one("apps/v1", "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    [agent] = pod["containers"]
+    volumes = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    assert "--state-dir=/srv/localpv-state/$(MY_NODE_NAME)" in agent["args"]
+    assert volumes["state"] == {"path": "/srv/localpv-state", "type": "DirectoryOrCreate"}
+    assert mounts["state"]["mountPath"] == "/srv/localpv-state"
+    env = [e["name"] for e in agent["env"]]
+    [kubelet_env] = [e for e in agent["env"] if e["name"] == "LOCALPV_KUBELET_DIR"]
+    assert kubelet_env["value"] == "/data/nodes/$(MY_NODE_NAME)/kubelet"
+    assert env.index("MY_NODE_NAME") < env.index("LOCALPV_KUBELET_DIR"), env
+    assert volumes["kubelet-dir"] == {"path": "/data/nodes", "type": "Directory"}
+    assert mounts["kubelet-dir"]["mountPath"] == "/data/nodes"
+    assert mounts["kubelet-dir"]["mountPropagation"] == "Bidirectional"
+
+
+def test_dirs_without_the_node_name_are_mounted_as_they_are(installs: dict[str, Install]) -> None:
+    ds = installed(installs, "dynamic").one("apps/v1", "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    [agent] = pod["containers"]
+    volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert volumes["kubelet-dir"] == "/var/lib/kubelet" and volumes["state"] == "/var/lib/localpv"
+    assert {"name": "LOCALPV_KUBELET_DIR", "value": "/var/lib/kubelet"} in agent["env"]
+    assert "--state-dir=/var/lib/localpv" in agent["args"]
 
 
 def _capacity_env(inst: Install) -> str:

@@ -128,6 +128,45 @@ Renders the probe's YAML, or nothing.
 {{- end }}
 {{- end }}
 
+{{/*
+A host directory of the agent that may name its node: `$(NODE_NAME)` in agent.stateDir or
+dynamic.kubeletDir stands for the node's name, for hosts where several nodes share one
+filesystem (several kubelets on one host, as test clusters run them; a state disk mounted on
+every node). A DaemonSet has one pod template, so the hostPath volume cannot name the node:
+it is the directory above the first component holding `$(NODE_NAME)`, mounted at the same path
+in the container (the kubelet names target paths as it sees them on the host), and the agent
+is given the full path with `$(MY_NODE_NAME)`, which the kubelet expands from the pod's own
+env (spec.nodeName) in args and env values. Input: dict "key" "path"; output, as JSON:
+{"volume": the directory mounted, "path": what the agent is given}. Without `$(NODE_NAME)`,
+both are the path itself.
+*/}}
+{{- define "localpv.perNodeDir" -}}
+{{- $path := toString .path }}
+{{- if contains "$(NODE_NAME)" $path }}
+{{- $above := list }}
+{{- $found := false }}
+{{- range $part := splitList "/" $path }}
+{{- if contains "$(NODE_NAME)" $part }}{{ $found = true }}{{ end }}
+{{- if not $found }}{{ $above = append $above $part }}{{ end }}
+{{- end }}
+{{- dict "volume" (join "/" $above) "path" (replace "$(NODE_NAME)" "$(MY_NODE_NAME)" $path) | toJson }}
+{{- else }}
+{{- dict "volume" $path "path" $path | toJson }}
+{{- end }}
+{{- end }}
+
+{{/* Refuse a per-node directory the chart cannot mount: see "localpv.perNodeDir". */}}
+{{- define "localpv.perNodeDirRefusals" -}}
+{{- $path := toString .path }}
+{{- $rest := replace "$(NODE_NAME)" "" $path }}
+{{- if contains "$(" $rest }}
+{{- fail (printf "%s: expected $(NODE_NAME) as the only variable (the node's name), found %s" .key $path) }}
+{{- end }}
+{{- if and (contains "$(NODE_NAME)" $path) (eq (get (include "localpv.perNodeDir" . | fromJson) "volume") "") }}
+{{- fail (printf "%s: expected $(NODE_NAME) below a directory of the host (that directory is mounted in the agent), found it in the first component of %s" .key $path) }}
+{{- end }}
+{{- end }}
+
 {{/* A class's directory inside the agent container (upstream: hostDir when unset). */}}
 {{- define "localpv.mountDir" -}}
 {{- default .hostDir .mountDir }}
@@ -269,6 +308,20 @@ imagePullSecrets:
 {{- end }}
 {{- if .Values.podSecurityPolicy.enabled }}
 {{- fail "podSecurityPolicy.enabled: PodSecurityPolicy was removed in Kubernetes 1.25; set it to false and use Pod Security admission" }}
+{{- end }}
+{{- if include "localpv.agentEnabled" . }}
+{{- include "localpv.perNodeDirRefusals" (dict "key" "agent.stateDir" "path" .Values.agent.stateDir) }}
+{{- if and .Values.agent.stateDirPerNode (contains "$(NODE_NAME)" (toString .Values.agent.stateDir)) }}
+{{- fail (printf "agent.stateDirPerNode: expected false when agent.stateDir names the node ($(NODE_NAME)), found true with %s: each would add the node's name" .Values.agent.stateDir) }}
+{{- end }}
+{{- if .Values.dynamic.classes }}
+{{- include "localpv.perNodeDirRefusals" (dict "key" "dynamic.kubeletDir" "path" .Values.dynamic.kubeletDir) }}
+{{- $state := get (include "localpv.perNodeDir" (dict "path" .Values.agent.stateDir) | fromJson) "volume" }}
+{{- $kubelet := get (include "localpv.perNodeDir" (dict "path" .Values.dynamic.kubeletDir) | fromJson) "volume" }}
+{{- if eq (clean $state) (clean $kubelet) }}
+{{- fail (printf "agent.stateDir: expected a host directory apart from dynamic.kubeletDir's, found both mounted from %s (the directory above $(NODE_NAME))" $state) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if and (include "localpv.agentEnabled" .) (not .Values.classes) (not .Values.dynamic.classes) }}
 {{- fail "classes: the node agent needs at least one class (name and hostDir); set agent.enabled=false to run only the NFS provisioner" }}
