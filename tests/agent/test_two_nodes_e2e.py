@@ -18,10 +18,12 @@ import pytest
 import yaml
 
 from localpv.agent.journal import Journal
+from localpv.kube.api import KubeApi
 from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import claim, node, storage_class
 from tests.conftest import wait_for
 from tests.support.hostfs import LoopDevices, MiB, Mounter
+from tests.support.labeller import running_labeller
 
 pytestmark = pytest.mark.root
 
@@ -100,7 +102,8 @@ def dynamic_pv(apiserver: ApiServer, claim_name: str) -> dict[str, Any] | None:
 
 
 def test_two_agents_of_one_configmap_keep_to_their_own_directories(
-        apiserver: ApiServer, loops: LoopDevices, mounter: Mounter, tmp_path: Path, sockets: Path) -> None:
+        apiserver: ApiServer, kube: KubeApi, loops: LoopDevices, mounter: Mounter, tmp_path: Path,
+        sockets: Path) -> None:
     root = tmp_path
     for name in ("a", "b"):
         mounter.tmpfs(root / name / "disks" / "vol1")
@@ -115,33 +118,34 @@ def test_two_agents_of_one_configmap_keep_to_their_own_directories(
     kubeconfig = root / "kubeconfig"
     apiserver.write_kubeconfig(str(kubeconfig))
     agents = Agents(root, sockets, config, kubeconfig)
-    try:
-        agents.start("node-a")
-        agents.start("node-b")
-        expected = {str(root / "a" / "disks" / "vol1"): "node-a", str(root / "b" / "disks" / "vol1"): "node-b"}
-        wait_for(lambda: local_pvs(apiserver) == expected, timeout=60,
-                 what=f"one PV per node, each of its own directory (logs: {root}/node-*.log)")
+    with running_labeller(kube):  # each agent sees the claims labelled with its node
+        try:
+            agents.start("node-a")
+            agents.start("node-b")
+            expected = {str(root / "a" / "disks" / "vol1"): "node-a", str(root / "b" / "disks" / "vol1"): "node-b"}
+            wait_for(lambda: local_pvs(apiserver) == expected, timeout=60,
+                     what=f"one PV per node, each of its own directory (logs: {root}/node-*.log)")
 
-        for name, selected in (("c-a", "node-a"), ("c-b", "node-b")):
-            apiserver.create(claim(name, "dyn", size="32Mi", selected_node=selected))
-        for name, mine, other in (("c-a", "a", "b"), ("c-b", "b", "a")):
-            pv = wait_for(lambda name=name: dynamic_pv(apiserver, name), timeout=60,  # type: ignore[misc]
-                          what=f"the dynamic PV of {name}")
-            volume = pv["metadata"]["name"]
-            assert (root / mine / "pool" / volume).is_dir()
-            assert not (root / other / "pool" / volume).exists()
-            term = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]
-            assert term["values"] == [f"node-{mine}"]
-        assert not (root / "default").exists()  # no agent used the defaults
+            for name, selected in (("c-a", "node-a"), ("c-b", "node-b")):
+                apiserver.create(claim(name, "dyn", size="32Mi", selected_node=selected))
+            for name, mine, other in (("c-a", "a", "b"), ("c-b", "b", "a")):
+                pv = wait_for(lambda name=name: dynamic_pv(apiserver, name), timeout=60,  # type: ignore[misc]
+                              what=f"the dynamic PV of {name}")
+                volume = pv["metadata"]["name"]
+                assert (root / mine / "pool" / volume).is_dir()
+                assert not (root / other / "pool" / volume).exists()
+                term = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]
+                assert term["values"] == [f"node-{mine}"]
+            assert not (root / "default").exists()  # no agent used the defaults
 
-        # node-b's label now selects another discovery directory: taken up without a restart.
-        labelled = apiserver.get("v1", "Node", "node-b")
-        assert labelled is not None
-        labelled["metadata"]["labels"]["example.com/disks"] = "b2"
-        apiserver.update(labelled)
-        wait_for(lambda: str(root / "b" / "disks2" / "vol2") in local_pvs(apiserver), timeout=60,
-                 what="node-b's agent to offer the volume of its new directory")
-        assert local_pvs(apiserver)[str(root / "b" / "disks2" / "vol2")] == "node-b"
-        assert agents.alive(), "an agent exited"
-    finally:
-        agents.stop()
+            # node-b's label now selects another discovery directory: taken up without a restart.
+            labelled = apiserver.get("v1", "Node", "node-b")
+            assert labelled is not None
+            labelled["metadata"]["labels"]["example.com/disks"] = "b2"
+            apiserver.update(labelled)
+            wait_for(lambda: str(root / "b" / "disks2" / "vol2") in local_pvs(apiserver), timeout=60,
+                     what="node-b's agent to offer the volume of its new directory")
+            assert local_pvs(apiserver)[str(root / "b" / "disks2" / "vol2")] == "node-b"
+            assert agents.alive(), "an agent exited"
+        finally:
+            agents.stop()

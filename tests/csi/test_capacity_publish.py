@@ -35,6 +35,7 @@ from localpv_emulator.apiserver import ApiServer
 from localpv_emulator.objects import claim, node, storage_class
 from tests.conftest import wait_for
 from tests.csi.conftest import PoolEnv
+from tests.support.labeller import running_labeller
 
 pytestmark = pytest.mark.root
 DRIVER = "local.csi.localpv.dev"
@@ -138,7 +139,8 @@ def agent(request: pytest.FixtureRequest, pool_env: PoolEnv, socket_dir: Path, t
         THIN: DynamicClass(THIN, "fast"), THICK: DynamicClass(THICK, "fast", provisioning="thick")})
     env = Agent(server, kube, pool_env, tmp_path / "state", socket_dir / "kubelet", version, config)
     try:
-        yield env
+        with running_labeller(kube):  # the agent sees a claim once it carries its node's label
+            yield env
     finally:
         env.stop()
         server.stop()
@@ -174,7 +176,12 @@ def test_each_class_gets_its_figure_which_provisioning_lowers_and_deletion_raise
 
     for name in ("thin-claim", "thick-claim"):
         agent.server.delete("v1", "PersistentVolumeClaim", name, "default")
-    wait_for(lambda: not agent.pool_env.pool.images.names(), timeout=30, what="both images removed")
+    # The figure follows the journal: its records go last (after the image, the PV and the PV's
+    # finalizer), and the publisher's pass must come after that.
+    assert agent.dynamic is not None
+    journal = agent.dynamic.journal
+    wait_for(lambda: not agent.pool_env.pool.images.names() and not journal.snapshot(), timeout=30,
+             what="both images removed and their records dropped")
     agent.advance(SETTINGS.min_interval)
     wait_for(lambda: agent.figures()[THIN] == first[THIN], what="the thin figure back")
     assert agent.figures()[THICK] >= first[THICK] - MiB

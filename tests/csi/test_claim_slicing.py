@@ -102,6 +102,10 @@ def test_recovery_asks_the_api_server_about_a_claim_that_left_the_agents_view(en
     env.server.update(pvc)
     wait_for(lambda: KEY not in (env.pvc("data")["metadata"].get("labels") or {}), what="its label removed")
     env.server.delete("v1", "PersistentVolume", volume)
+    held: Any = env.server.get("v1", "PersistentVolume", volume)  # its deletion protection, removed by hand too
+    held["metadata"]["finalizers"] = []
+    env.server.update(held)
+    assert env.server.get("v1", "PersistentVolume", volume) is None
     controller = env.start()
     assert controller.claims.get("data", "default") is None
     assert env.journal().get(volume).state is ImageState.ORPHANED  # type: ignore[union-attr]

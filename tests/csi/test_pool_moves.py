@@ -69,7 +69,7 @@ def test_a_pool_moved_away_from_its_images_is_refused_until_they_are_there(
     assert f"made at {old} and 1 are not at {new} (pvc-1)" in why
     assert "fast" not in dynamic.pool_risks()
     # The controller's answer for a release: the image is kept, its record too.
-    assert dynamic.controller._remove_image("fast", "pvc-1", None) is False
+    assert dynamic.controller.deleter.remove_image("fast", "pvc-1", None) is False
     assert dynamic.journal.get("pvc-1") is not None and (old / "pvc-1").is_dir()
 
     # A restart with the new directory knows where the images are: it is in the image journal.

@@ -295,7 +295,7 @@ def test_nfs_lifecycle_needs_nothing_beyond_the_charts_rbac(charts: dict[str, In
 
 def test_node_cleanup_needs_nothing_beyond_the_charts_rbac(charts: dict[str, Install]) -> None:
     inst = charts["node-cleanup"]
-    deploy = inst.one("apps/v1", "Deployment")
+    deploy = inst.one("apps/v1", "Deployment", f"{inst.release}-localpv-node-cleanup")
     args = dict(a.split("=", 1) for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"] if "=" in a)
     server = ApiServer(binder=True).start()
     try:
