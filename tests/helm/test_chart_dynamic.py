@@ -46,7 +46,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                       "agent": {"stateDir": "/srv/localpv-state/$(NODE_NAME)"}},
     "node-name-at-the-root": {**DYNAMIC, "agent": {"stateDir": "/$(NODE_NAME)/localpv"}},
     "another-variable": _dynamic(kubeletDir="/data/nodes/$(HOSTNAME)/kubelet"),
-    "node-name-twice": {**DYNAMIC, "agent": {"stateDir": "/srv/state/$(NODE_NAME)", "stateDirPerNode": True}},
     "state-and-kubelet-from-one-dir": {**_dynamic(kubeletDir="/data/$(NODE_NAME)/kubelet"),
                                        "agent": {"stateDir": "/data/$(NODE_NAME)/localpv"}},
     "no-capacity-tracking": _dynamic(storageCapacity=False),
@@ -67,8 +66,6 @@ REFUSED: dict[str, list[str]] = {
                               "found it in the first component of /$(NODE_NAME)/localpv"],
     "another-variable": ["dynamic.kubeletDir: expected $(NODE_NAME) as the only variable (the node's name), "
                          "found /data/nodes/$(HOSTNAME)/kubelet"],
-    "node-name-twice": ["agent.stateDirPerNode: expected false when agent.stateDir names the node ($(NODE_NAME)), "
-                        "found true with /srv/state/$(NODE_NAME)"],
     "state-and-kubelet-from-one-dir": ["agent.stateDir: expected a host directory apart from dynamic.kubeletDir's, "
                                        "found both mounted from /data"],
 }

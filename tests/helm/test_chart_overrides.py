@@ -1,6 +1,6 @@
 """Per-node overrides in the chart (issue 25.5): classes[].nodes and dynamic.pools[].nodes reach
 the ConfigMap as written, every directory they name is mounted in the agent, a mount point two
-host directories would share is refused naming the value, and agent.stateDirPerNode gives each
+host directories would share is refused naming the value, and $(NODE_NAME) in agent.stateDir gives each
 node's agent a state directory of its own. Real Helm against the API emulator."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def with_nodes(nodes: list[Any]) -> dict[str, Any]:
 
 
 SCENARIOS: dict[str, dict[str, Any]] = {
-    "fleet": fleet(stateDirPerNode=True),
+    "fleet": fleet(stateDir="/srv/state/$(NODE_NAME)"),
     "one-mount-two-dirs": with_nodes([{"name": "node-a", "hostDir": "/data/a", "mountDir": "/mnt/in-pod"},
                                       {"name": "node-b", "hostDir": "/data/b", "mountDir": "/mnt/in-pod"}]),
     "onto-the-class-mount": with_nodes([{"name": "node-a", "hostDir": "/data/a", "mountDir": "/mnt/disks"}]),
@@ -92,12 +92,13 @@ def test_every_directory_an_override_names_is_mounted_in_the_agent(installs: dic
         assert mount["mountPropagation"] == "HostToContainer", mount
         assert volumes[mount["name"]]["hostPath"]["path"] == path
     state = next(m for m in mounts.values() if m["name"] == "state")
-    assert state["subPathExpr"] == "$(MY_NODE_NAME)"
-    env = {e["name"] for e in pod["containers"][0]["env"]}
-    assert "MY_NODE_NAME" in env  # what the expression expands
+    assert state["mountPath"] == "/srv/state" and volumes["state"]["hostPath"]["path"] == "/srv/state"
+    assert "--state-dir=/srv/state/$(MY_NODE_NAME)" in pod["containers"][0]["args"]
+    env = [e["name"] for e in pod["containers"][0]["env"]]
+    assert "MY_NODE_NAME" in env  # what the kubelet expands
     plain = installed(installs, "same-dir-twice").rendered("DaemonSet")[0]["spec"]["template"]["spec"]
     assert [m["mountPath"] for m in plain["containers"][0]["volumeMounts"]].count("/data/a") == 1
-    assert "subPathExpr" not in next(m for m in plain["containers"][0]["volumeMounts"] if m["name"] == "state")
+    assert not any("$(" in a for a in plain["containers"][0]["args"])
 
 
 def test_the_configmap_gives_each_node_its_directories(installs: dict[str, Install], tmp_path: Path) -> None:

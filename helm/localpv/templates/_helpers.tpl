@@ -311,9 +311,6 @@ imagePullSecrets:
 {{- end }}
 {{- if include "localpv.agentEnabled" . }}
 {{- include "localpv.perNodeDirRefusals" (dict "key" "agent.stateDir" "path" .Values.agent.stateDir) }}
-{{- if and .Values.agent.stateDirPerNode (contains "$(NODE_NAME)" (toString .Values.agent.stateDir)) }}
-{{- fail (printf "agent.stateDirPerNode: expected false when agent.stateDir names the node ($(NODE_NAME)), found true with %s: each would add the node's name" .Values.agent.stateDir) }}
-{{- end }}
 {{- if .Values.dynamic.classes }}
 {{- include "localpv.perNodeDirRefusals" (dict "key" "dynamic.kubeletDir" "path" .Values.dynamic.kubeletDir) }}
 {{- $state := get (include "localpv.perNodeDir" (dict "path" .Values.agent.stateDir) | fromJson) "volume" }}
