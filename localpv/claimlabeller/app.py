@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from localpv.claimlabeller.controller import ClaimLabeller, LabellerSettings
 from localpv.claimlabeller.metrics import LabellerMetrics
-from localpv.clock import Clock, SystemClock
+from localpv.clock import Clock
 from localpv.csi.claimlabels import labeller_lease_name
 from localpv.daemon import serve
 from localpv.kube.api import KubeApi
-from localpv.kube.errors import NO_RETRY
-from localpv.kube.events import EventRecorder
-from localpv.kube.leader import LeaderElector, LeaseConfig, default_identity
+from localpv.kube.leader import LeaseConfig, default_identity
 from localpv.kube.ratelimit import RateLimiter
+from localpv.kube.replica import LeaderReplica
 from localpv.kube.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -43,68 +42,25 @@ class LabellerOptions:
                            self.lease_duration, self.renew_deadline, self.retry_period)
 
 
-class LabellerReplica:
-    """Start/stop one replica; ``finished`` is set once it will do no more work."""
+class LabellerReplica(LeaderReplica[ClaimLabeller]):
+    """One replica of the claim labeller (:class:`~localpv.kube.replica.LeaderReplica`)."""
 
     def __init__(self, api: KubeApi, options: LabellerOptions, *, metrics: LabellerMetrics | None = None,
                  clock: Clock | None = None) -> None:
-        self.api = api
         self.options = options
         self.metrics = metrics or LabellerMetrics()
-        self.clock = clock or SystemClock()
-        self.recorder = EventRecorder(api.for_events(), component=f"{options.settings.driver}_claim-labeller",
-                                      clock=self.clock)
-        self.labeller: ClaimLabeller | None = None
-        self.finished = threading.Event()
-        self.elector: LeaderElector | None = None
-        if options.leader_election:
-            # Election requests fail fast: a retry inside one renewal would outlast the deadline.
-            lease_api = api.with_policy(backoff=NO_RETRY, timeout=options.renew_deadline)
-            self.elector = LeaderElector(lease_api, options.lease(), on_started=self._lead, on_stopped=self._unlead,
-                                         clock=self.clock, recorder=self.recorder)
+        super().__init__(api, options.lease() if options.leader_election else None,
+                         component=f"{options.settings.driver}_claim-labeller", leader=self.metrics.leader, clock=clock)
 
-    def start(self) -> None:
-        self.recorder.start()
-        if self.elector is None:
-            self._lead()
-        else:
-            self.elector.start()
+    @property
+    def labeller(self) -> ClaimLabeller | None:
+        return self.worker
 
-    def stop(self, *, release: bool = True) -> None:
-        """Stop working; ``release=False`` leaves the lease to expire (a crash, for tests)."""
-        if self.elector is not None:
-            self.elector.stop(release=release)
-        self._unlead()
-        self.recorder.flush(2.0)
-        self.recorder.stop()
-
-    def healthy(self) -> tuple[bool, str]:
-        if self.elector is not None and not self.elector.healthy():
-            return False, "leader lease lost"
-        problems = self.labeller.problems() if self.labeller is not None else []
-        return (False, "; ".join(problems)) if problems else (True, "ok")
-
-    def ready(self) -> tuple[bool, str]:
-        if self.labeller is not None and not self.labeller.synced.is_set():
-            return False, "caches not synced"
-        return True, "leader" if self.labeller is not None else "standby"
-
-    def _lead(self) -> None:
-        may_act = self.elector.is_leader if self.elector is not None else (lambda: True)
-        self.labeller = ClaimLabeller(self.api, self.options.settings, recorder=self.recorder, metrics=self.metrics,
-                                      clock=self.clock, may_act=may_act)
-        self.metrics.leader.set(1)
+    def work(self, may_act: Callable[[], bool]) -> ClaimLabeller:
         log.info("%s: labelling the claims of driver %s's classes with their selected node", self.options.identity,
                  self.options.settings.driver)
-        self.labeller.start()
-
-    def _unlead(self) -> None:
-        labeller, self.labeller = self.labeller, None
-        if labeller is not None:
-            labeller.stop()
-            self.metrics.leader.set(0)
-        if self.elector is None or self.elector.finished.is_set():
-            self.finished.set()
+        return ClaimLabeller(self.api, self.options.settings, recorder=self.recorder, metrics=self.metrics,
+                             clock=self.clock, may_act=may_act)
 
 
 def run(options: LabellerOptions, *, transport: Transport, listener: socket.socket | str | None,

@@ -14,16 +14,15 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from localpv.clock import Clock, SystemClock
+from localpv.clock import Clock
 from localpv.daemon import serve
 from localpv.kube.api import KubeApi
-from localpv.kube.errors import NO_RETRY
-from localpv.kube.events import EventRecorder
-from localpv.kube.leader import LeaderElector, LeaseConfig, default_identity
+from localpv.kube.leader import LeaseConfig, default_identity
 from localpv.kube.ratelimit import RateLimiter
+from localpv.kube.replica import LeaderReplica
 from localpv.kube.transport import Transport
 from localpv.naming import lock_name
 from localpv.nfs.cluster import CLUSTER_NAMESPACE, read_cluster_id
@@ -68,29 +67,21 @@ class NfsOptions:
                            self.lease_duration, self.renew_deadline, self.retry_period)
 
 
-class NfsReplica:
-    """Start/stop one replica; ``finished`` is set once it will do no more work."""
+class NfsReplica(LeaderReplica[ProvisionController]):
+    """One replica of the NFS provisioner (:class:`~localpv.kube.replica.LeaderReplica`)."""
 
     def __init__(self, api: KubeApi, options: NfsOptions, *, metrics: NfsMetrics | None = None,
                  clock: Clock | None = None) -> None:
-        self.api = api
         self.options = options
         self.metrics = metrics or NfsMetrics()
-        self.clock = clock or SystemClock()
-        component = f"{options.controller.provisioner_name}_{options.identity}"
-        # Events have a rate budget of their own: a burst of them must not slow provisioning.
-        self.recorder = EventRecorder(api.for_events(), component=component, clock=self.clock)
-        self.controller: ProvisionController | None = None
         self.cluster_id = options.cluster_id
-        self.finished = threading.Event()
-        self.elector: LeaderElector | None = None
-        if options.leader_election:
-            # Election requests must fail fast: a retry loop inside one renewal would
-            # outlast the renew deadline. The elector retries on its own period. Same
-            # connection, metrics and rate limiter as every other request of the process.
-            lease_api = api.with_policy(backoff=NO_RETRY, timeout=options.renew_deadline)
-            self.elector = LeaderElector(lease_api, options.lease(), on_started=self._lead, on_stopped=self._unlead,
-                                         clock=self.clock, recorder=self.recorder)
+        super().__init__(api, options.lease() if options.leader_election else None,
+                         component=f"{options.controller.provisioner_name}_{options.identity}",
+                         leader=self.metrics.leader, clock=clock)
+
+    @property
+    def controller(self) -> ProvisionController | None:
+        return self.worker
 
     def identify(self) -> str:
         """This cluster's id, read on the first call when it was not given.
@@ -105,58 +96,18 @@ class NfsReplica:
 
     def start(self) -> None:
         self.identify()
-        self.recorder.start()
-        if self.elector is None:
-            self._lead()
-        else:
-            self.elector.start()
+        super().start()
 
-    def stop(self, *, release: bool = True) -> None:
-        """Stop working; ``release=False`` leaves the lease to expire (a crash, for tests)."""
-        if self.elector is not None:
-            self.elector.stop(release=release)
-        self._unlead()
-        self.recorder.flush(2.0)
-        self.recorder.stop()
-
-    def is_leader(self) -> bool:
-        return self.elector.is_leader() if self.elector is not None else self.controller is not None
-
-    def healthy(self) -> tuple[bool, str]:
-        if self.elector is not None and not self.elector.healthy():
-            return False, "leader lease lost"
-        problems = self.controller.problems() if self.controller is not None else []
-        if problems:
-            return False, "; ".join(problems)
-        return True, "ok"
-
-    def ready(self) -> tuple[bool, str]:
-        """Ready when leading with a synced cache, or when standing by as a candidate."""
-        if self.controller is not None and not self.controller.synced.is_set():
-            return False, "caches not synced"
-        return True, "leader" if self.controller is not None else "standby"
-
-    def _lead(self) -> None:
+    def work(self, may_act: Callable[[], bool]) -> ProvisionController:
         opts = self.options
         cache = ClusterCache(self.api, clock=self.clock)
         export = Export(opts.source.mount_dir, on_mkdir=self.metrics.directories_created.inc)
         provisioner = NfsProvisioner(opts.source, export, cache, cluster=self.identify())
-        may_act = self.elector.is_leader if self.elector is not None else (lambda: True)
-        self.controller = ProvisionController(self.api, cache, provisioner, opts.controller, recorder=self.recorder,
-                                              metrics=self.metrics, clock=self.clock, may_act=may_act)
-        self.metrics.leader.set(1)
         log.info("%s: provisioning for %s (export %s:%s mounted at %s, cluster id %s)", opts.identity,
                  opts.controller.provisioner_name, opts.source.server, opts.source.path, opts.source.mount_dir,
                  provisioner.cluster)
-        self.controller.start()
-
-    def _unlead(self) -> None:
-        controller, self.controller = self.controller, None
-        if controller is not None:
-            controller.stop()
-            self.metrics.leader.set(0)
-        if self.elector is None or self.elector.finished.is_set():
-            self.finished.set()
+        return ProvisionController(self.api, cache, provisioner, opts.controller, recorder=self.recorder,
+                                   metrics=self.metrics, clock=self.clock, may_act=may_act)
 
 
 def check_mount_dir(path: str) -> str | None:
