@@ -128,7 +128,10 @@ def fleet(release_factory: Callable[..., Release], cluster: Cluster, second: Obj
     rel.install({"image": cluster.image, "imagePullPolicy": "IfNotPresent",
                  "agent": {"stateDir": f"{rel.host.state}/$(NODE_NAME)"}, "classes": [],
                  "dynamic": {"driverName": DRIVER, "kubeletDir": KUBELET_DIR_OF_NODE, "pools": [pool],
-                             "classes": [{"name": thin_class, "pool": "fleet"}]},
+                             "classes": [{"name": thin_class, "pool": "fleet"}],
+                             # on the node that stays: the claims of a StatefulSet re-created after
+                             # node 2 is lost must be labelled for node 1's agent to see them
+                             "claimLabeller": {"nodeSelector": {"kubernetes.io/hostname": cluster.hostname}}},
                  # the dynamic class opted in to node loss, the out-of-service taint too, quickly
                  "nodeCleanup": {"enabled": True, "storageClassNames": [thin_class], "outOfServiceTaint": True,
                                  "outOfServiceDelay": "3s", "pvcDeletionDelay": "3s",
