@@ -28,13 +28,13 @@ controller's recovery. A PV that lost the finalizer some other way (removed by h
 deleted before this release added it) is not deleted through: its image is kept as
 ``orphaned``, as before (the journal's rule for a PV deleted without a release).
 
-The rule is :func:`plan` (plain data in, a :class:`Step` out); :class:`Deleter` carries it out.
+The rule is :func:`localpv.kube.pvprotection.plan` (plain data in, a :class:`Step` out), shared with
+the NFS provisioner; :class:`Deleter` carries it out for images.
 """
 
 from __future__ import annotations
 
 import logging
-from enum import Enum
 from typing import TYPE_CHECKING
 
 from localpv.crashpoints import reached
@@ -42,12 +42,12 @@ from localpv.csi import provisioner as rules
 from localpv.csi.images import ImageError
 from localpv.csi.journal import ImageState
 from localpv.csi.pools import PoolState
-from localpv.csi.provisioner import PV_FINALIZER as FINALIZER
 from localpv.csi.volume import POOL
 from localpv.kube.errors import ApiError, Conflict, NotFound
 from localpv.kube.events import WARNING
 from localpv.kube.finalizers import patch_finalizers
 from localpv.kube.objects import Obj
+from localpv.kube.pvprotection import FINALIZER, Step, plan, protected
 from localpv.kube.resources import PERSISTENT_VOLUMES
 
 if TYPE_CHECKING:
@@ -56,39 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["FINALIZER", "Deleter", "Step", "plan", "protected"]
-
-
-class Step(Enum):
-    """What one of this node's PVs needs from the release path now."""
-
-    NOTHING = "nothing"
-    #: Bound with policy Delete and not protected yet (a PV of an earlier release): add the finalizer.
-    PROTECT = "protect"
-    #: Protected, but its policy is no longer Delete: remove the finalizer (the image is kept).
-    UNPROTECT = "unprotect"
-    #: Released with policy Delete: the image, the PV object, the finalizer, the record.
-    DELETE = "delete"
-
-
-def protected(pv: Obj) -> bool:
-    return FINALIZER in ((pv.get("metadata") or {}).get("finalizers") or [])
-
-
-def plan(pv: Obj) -> Step:
-    """The release path's rule for one PV of this driver (the caller checked it is ours)."""
-    policy = (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy")
-    phase = (pv.get("status") or {}).get("phase")
-    deleting = bool((pv.get("metadata") or {}).get("deletionTimestamp"))
-    if policy != "Delete":
-        return Step.UNPROTECT if protected(pv) else Step.NOTHING
-    if phase == "Released":
-        # Being deleted without the finalizer: nothing holds the object for a deletion to
-        # finish, and whoever removed it did not ask for the image to go (it is kept).
-        return Step.DELETE if protected(pv) or not deleting else Step.NOTHING
-    if phase == "Bound" and not deleting and not protected(pv):
-        return Step.PROTECT
-    # Bound and being deleted: its claim still has it (and maybe a pod); it waits for the release.
-    return Step.NOTHING
 
 
 class Deleter:

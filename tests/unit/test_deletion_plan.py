@@ -1,4 +1,4 @@
-"""The release path's rule for a dynamic PV (localpv.csi.deletion.plan), on plain data: which PVs
+"""The release path's rule for a provisioner's PV (localpv.kube.pvprotection.plan), on plain data: which PVs
 get external-provisioner's finalizer, which lose it, which are deleted through it (KEP-2644)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from localpv.csi.deletion import FINALIZER, Step, plan
 from localpv.csi.provisioner import PV_FINALIZER
+from localpv.kube.pvprotection import FINALIZER, Step, plan
 
 
 def pv(phase: str, policy: str = "Delete", *, deleting: bool = False, protected: bool = True,

@@ -1,0 +1,52 @@
+"""A provisioner's PV deletion protection (KEP-2644, ``HonorPVReclaimPolicy``), as a rule on data.
+
+external-provisioner keeps its finalizer, ``external-provisioner.volume.kubernetes.io/finalizer``,
+on every PV it provisioned with reclaim policy ``Delete``, so that whichever of claim and PV is
+deleted first, the storage goes before the object does: a PV deleted while its claim is Bound
+stays Terminating; once Released, the provisioner removes the storage, then the finalizer. Both
+of localpv's provisioners that make PVs (the dynamic controller and the NFS provisioner) follow
+it, with this one rule: which step one of their PVs needs now. What the storage is, and how it
+goes, is theirs.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from localpv.kube.finalizers import EXTERNAL_PROVISIONER_FINALIZER as FINALIZER
+from localpv.kube.objects import Obj
+
+__all__ = ["FINALIZER", "Step", "plan", "protected"]
+
+
+class Step(Enum):
+    """What one of a provisioner's PVs needs from its release path now."""
+
+    NOTHING = "nothing"
+    #: Bound with policy Delete and not protected yet (a PV of an earlier release): add the finalizer.
+    PROTECT = "protect"
+    #: Protected, but its policy is no longer Delete: remove the finalizer (the storage is kept).
+    UNPROTECT = "unprotect"
+    #: Released with policy Delete: the storage, the PV object, the finalizer (then the records).
+    DELETE = "delete"
+
+
+def protected(pv: Obj) -> bool:
+    return FINALIZER in ((pv.get("metadata") or {}).get("finalizers") or [])
+
+
+def plan(pv: Obj) -> Step:
+    """The release path's rule for one PV of a provisioner (the caller checked it is its own)."""
+    policy = (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy")
+    phase = (pv.get("status") or {}).get("phase")
+    deleting = bool((pv.get("metadata") or {}).get("deletionTimestamp"))
+    if policy != "Delete":
+        return Step.UNPROTECT if protected(pv) else Step.NOTHING
+    if phase == "Released":
+        # Being deleted without the finalizer: nothing holds the object for a deletion to
+        # finish, and whoever removed it did not ask for the storage to go (it is kept).
+        return Step.DELETE if protected(pv) or not deleting else Step.NOTHING
+    if phase == "Bound" and not deleting and not protected(pv):
+        return Step.PROTECT
+    # Bound and being deleted: its claim still has it (and maybe a pod); it waits for the release.
+    return Step.NOTHING
