@@ -45,9 +45,8 @@ from localpv.csi.pools import PoolState
 from localpv.csi.volume import POOL
 from localpv.kube.errors import ApiError, Conflict, NotFound
 from localpv.kube.events import WARNING
-from localpv.kube.finalizers import patch_finalizers
 from localpv.kube.objects import Obj
-from localpv.kube.pvprotection import FINALIZER, Step, plan, protected
+from localpv.kube.pvprotection import FINALIZER, Step, plan, protected, release, set_protection
 from localpv.kube.resources import PERSISTENT_VOLUMES
 
 if TYPE_CHECKING:
@@ -85,14 +84,8 @@ class Deleter:
 
     def _protect(self, name: str, step: Step) -> bool:
         """Add or remove the finalizer, decided again on the object as read."""
-        def wanted(current: Obj) -> list[str] | None:
-            if not rules.is_ours(current, self.c.driver) or plan(current) is not step:
-                return None
-            kept = [f for f in current["metadata"].get("finalizers") or [] if f != FINALIZER]
-            return [*kept, FINALIZER] if step is Step.PROTECT else kept
-
         try:
-            changed = patch_finalizers(self.c.api, PERSISTENT_VOLUMES, name, wanted)
+            changed = set_protection(self.c.api, name, step, lambda current: rules.is_ours(current, self.c.driver))
         except NotFound:
             return False
         except ApiError as err:
@@ -134,16 +127,8 @@ class Deleter:
     def _release(self, name: str, uid: str, pv: Obj) -> bool:
         """Remove the finalizer of the object with this uid (its image is gone); False (with an
         event) when it could not be done now."""
-        def wanted(current: Obj) -> list[str] | None:
-            meta = current["metadata"]
-            if (uid and meta.get("uid") != uid) or not protected(current):
-                return None
-            return [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-
         try:
-            patch_finalizers(self.c.api, PERSISTENT_VOLUMES, name, wanted)
-        except NotFound:
-            pass
+            release(self.c.api, name, uid)
         except ApiError as err:
             self.failed(pv, f"the image is removed; the finalizer {FINALIZER} could not be removed: {err}")
             return False

@@ -5,18 +5,25 @@ on every PV it provisioned with reclaim policy ``Delete``, so that whichever of 
 deleted first, the storage goes before the object does: a PV deleted while its claim is Bound
 stays Terminating; once Released, the provisioner removes the storage, then the finalizer. Both
 of localpv's provisioners that make PVs (the dynamic controller and the NFS provisioner) follow
-it, with this one rule: which step one of their PVs needs now. What the storage is, and how it
-goes, is theirs.
+it, with this one rule (:func:`plan`: which step one of their PVs needs now) and the two writes
+of the finalizer (:func:`set_protection`, :func:`release`). What the storage is, and how it goes,
+is theirs.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from enum import Enum
 
+from localpv.kube.api import KubeApi
+from localpv.kube.errors import NotFound
 from localpv.kube.finalizers import EXTERNAL_PROVISIONER_FINALIZER as FINALIZER
+from localpv.kube.finalizers import patch_finalizers
 from localpv.kube.objects import Obj
+from localpv.kube.resources import PERSISTENT_VOLUMES
 
-__all__ = ["FINALIZER", "Step", "plan", "protected"]
+__all__ = ["FINALIZER", "Step", "plan", "protected", "release", "set_protection"]
 
 
 class Step(Enum):
@@ -50,3 +57,30 @@ def plan(pv: Obj) -> Step:
         return Step.PROTECT
     # Bound and being deleted: its claim still has it (and maybe a pod); it waits for the release.
     return Step.NOTHING
+
+
+def set_protection(api: KubeApi, name: str, step: Step, ours: Callable[[Obj], bool]) -> bool:
+    """Add (``PROTECT``) or remove (``UNPROTECT``) the finalizer of PV ``name``, decided again
+    on the object as read: nothing is written unless ``ours`` still holds and :func:`plan` still
+    says ``step``. True when the list changed; NotFound and API errors propagate."""
+    def wanted(current: Obj) -> list[str] | None:
+        if not ours(current) or plan(current) is not step:
+            return None
+        kept = [f for f in current["metadata"].get("finalizers") or [] if f != FINALIZER]
+        return [*kept, FINALIZER] if step is Step.PROTECT else kept
+
+    return patch_finalizers(api, PERSISTENT_VOLUMES, name, wanted)
+
+
+def release(api: KubeApi, name: str, uid: str) -> None:
+    """Remove the finalizer of PV ``name`` once its storage is gone: only from the object with
+    this ``uid`` (empty: whichever), and only if it still has it. A PV already gone is done;
+    other API errors propagate."""
+    def wanted(current: Obj) -> list[str] | None:
+        meta = current["metadata"]
+        if (uid and meta.get("uid") != uid) or not protected(current):
+            return None
+        return [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+
+    with contextlib.suppress(NotFound):
+        patch_finalizers(api, PERSISTENT_VOLUMES, name, wanted)
