@@ -176,8 +176,12 @@ class NfsProvisioner:
     # ------------------------------------------------------------------ provision
 
     def provision(self, request: ProvisionRequest) -> Provisioned:
-        if (request.claim.get("spec") or {}).get("selector"):
+        spec = request.claim.get("spec") or {}
+        if spec.get("selector"):
             raise ProvisionFailed("claim Selector is not supported", final=True)
+        if spec.get("volumeAttributesClassName"):
+            raise ProvisionFailed(f"volumeAttributesClassName {spec['volumeAttributesClassName']!r}: volume attributes "
+                                  "classes are not supported (nothing could apply them to a directory)", final=True)
         sub = self._claim_subpath(request)
         claimant = self._claimant(request)
         try:

@@ -136,6 +136,10 @@ def test_the_claims_class_must_name_us(cluster: Cluster, replicas: Replicas, lay
     [
         ({"volumeMode": "Block"}, "does not support block volume provisioning"),
         ({"selector": {"matchLabels": {"a": "b"}}}, "claim Selector is not supported"),
+        # A VolumeAttributesClass (Kubernetes 1.29+) asks for attributes nothing could apply to
+        # a directory: refused, as dynamic classes refuse it (before: provisioned as if unnamed).
+        ({"volumeAttributesClassName": "gold"}, "volumeAttributesClassName 'gold': volume attributes classes are "
+                                                "not supported"),
     ],
 )
 def test_block_and_selector_claims_are_refused_with_an_event(cluster: Cluster, replicas: Replicas, layout: Layout,
