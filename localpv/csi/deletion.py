@@ -46,7 +46,7 @@ from localpv.csi.volume import POOL
 from localpv.kube.errors import ApiError, Conflict, NotFound
 from localpv.kube.events import WARNING
 from localpv.kube.objects import Obj
-from localpv.kube.pvprotection import FINALIZER, Step, plan, protected, release, set_protection
+from localpv.kube.pvprotection import FINALIZER, Step, deletion_landed, plan, protected, release, set_protection
 from localpv.kube.resources import PERSISTENT_VOLUMES
 
 if TYPE_CHECKING:
@@ -115,8 +115,9 @@ class Deleter:
             except (NotFound, Conflict):
                 pass  # gone already, or another object of that name now: not this one's to delete
             except ApiError as err:
-                self.failed(pv, f"the image is removed; the PersistentVolume object could not be deleted: {err}")
-                return True
+                if not deletion_landed(c.api, name, uid):
+                    self.failed(pv, f"the image is removed; the PersistentVolume object could not be deleted: {err}")
+                    return True
         if not self._release(name, uid, pv):
             return True
         c.journal.drop(name)

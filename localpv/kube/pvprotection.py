@@ -17,13 +17,13 @@ from collections.abc import Callable
 from enum import Enum
 
 from localpv.kube.api import KubeApi
-from localpv.kube.errors import NotFound
+from localpv.kube.errors import ApiError, NotFound
 from localpv.kube.finalizers import EXTERNAL_PROVISIONER_FINALIZER as FINALIZER
 from localpv.kube.finalizers import patch_finalizers
 from localpv.kube.objects import Obj
 from localpv.kube.resources import PERSISTENT_VOLUMES
 
-__all__ = ["FINALIZER", "Step", "plan", "protected", "release", "set_protection"]
+__all__ = ["FINALIZER", "Step", "deletion_landed", "plan", "protected", "release", "set_protection"]
 
 
 class Step(Enum):
@@ -84,3 +84,18 @@ def release(api: KubeApi, name: str, uid: str) -> None:
 
     with contextlib.suppress(NotFound):
         patch_finalizers(api, PERSISTENT_VOLUMES, name, wanted)
+
+
+def deletion_landed(api: KubeApi, name: str, uid: str) -> bool:
+    """After a delete of PV ``name`` that failed without an answer (a connection lost on the
+    way back), whether it landed: the object with this ``uid`` is gone or marked for deletion.
+    With the finalizer a repeated delete answers 200, never the 404 that would tell a retry the
+    first one landed: a read tells. False when the read fails too."""
+    try:
+        current = api.get(PERSISTENT_VOLUMES, name)
+    except NotFound:
+        return True
+    except ApiError:
+        return False
+    meta = current.get("metadata") or {}
+    return bool((uid and meta.get("uid") != uid) or meta.get("deletionTimestamp"))

@@ -206,3 +206,16 @@ def test_the_documented_rollback_command_removes_only_localpvs_finalizer(env: En
     subprocess.run(["bash", "-o", "pipefail", "-c", command.group(1)], check=True, timeout=60,
                    env={**os.environ, "KUBECONFIG": str(kubeconfig)}, capture_output=True)
     assert finalizers(pv_of(env, volume)) == ["kubernetes.io/pv-protection"]
+
+
+def test_a_pv_delete_whose_answer_is_lost_is_read_as_done_not_reported_failed(env: Env) -> None:  # noqa: F811
+    """Every answer to a PV delete is lost on the way back: with the finalizer a repeated delete
+    answers 200 (the object stays, marked), never the 404 that tells a retry the first one landed,
+    so the agent reads the PV: marked, it goes on to the finalizer. Before, each such release
+    said VolumeFailedDelete although it had worked."""
+    controller = env.start()
+    volume = provisioned(env)
+    env.server.faults.lose_responses("delete", 1.0, resource="persistentvolumes")
+    env.server.delete("v1", "PersistentVolumeClaim", "data", "default")
+    wait_for(lambda: all_gone(env, volume), timeout=30, what="the image, the PV and the record to go")
+    assert [e.message for e in controller.recorder.history if e.reason == "VolumeFailedDelete"] == []
