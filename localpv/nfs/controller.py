@@ -38,6 +38,7 @@ from localpv.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from localpv.kube.events import NORMAL, WARNING, EventRecorder
 from localpv.kube.informer import Informer, object_key
 from localpv.kube.objects import Obj
+from localpv.kube.pvprotection import FINALIZER, Step, deletion_landed, plan, protected, release, set_protection
 from localpv.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES
 from localpv.kube.workqueue import ItemBackoff, WorkQueue
 from localpv.naming import PROVISIONED_BY_ANNOTATION
@@ -120,10 +121,14 @@ def volume_name(claim: Obj) -> str:
 
 
 def finish_volume(volume: Obj, claim: Obj, class_name: str, provisioner_name: str) -> Obj:
-    """What the lib adds to every provisioned PV: pre-binding, provenance, class."""
+    """What the lib adds to every provisioned PV: pre-binding, provenance, class, and (its
+    ``AddFinalizer``, external-provisioner's default) the deletion protection of a PV with
+    reclaim policy Delete."""
     meta = claim["metadata"]
     volume.setdefault("metadata", {}).setdefault("annotations", {})[PROVISIONED_BY_ANNOTATION] = provisioner_name
     spec = volume.setdefault("spec", {})
+    if spec.get("persistentVolumeReclaimPolicy") == "Delete":
+        volume["metadata"]["finalizers"] = [FINALIZER]
     spec["claimRef"] = {
         "kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": meta.get("namespace"),
         "name": meta.get("name"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
@@ -352,17 +357,21 @@ class ProvisionController:
     # ------------------------------------------------------------------ volumes
 
     def _volume_wanted(self, pv: Obj) -> bool:
-        """Lib's ``shouldDelete`` (Released, policy Delete, provisioned by us, not being deleted),
-        and any PV of ours whose claimRef is gone (never left on offer)."""
+        """A PV of ours whose finalizer needs adding or removing, or that is ``Released`` with
+        policy Delete and not deleted without the finalizer (lib's ``shouldDelete``; the rule is
+        :func:`localpv.kube.pvprotection.plan`), and any PV of ours whose claimRef is gone
+        (never left on offer), or gone while it was being retracted (its directory still to
+        dispose of)."""
         meta = pv.get("metadata") or {}
-        spec = pv.get("spec") or {}
-        if meta.get("deletionTimestamp") or \
-                (meta.get("annotations") or {}).get(PROVISIONED_BY_ANNOTATION) != self.settings.provisioner_name:
+        if not self._ours(pv):
             return False
-        if not spec.get("claimRef"):
-            return True
-        return (pv.get("status") or {}).get("phase") == "Released" and spec.get("persistentVolumeReclaimPolicy") == \
-            "Delete"
+        if not (pv.get("spec") or {}).get("claimRef"):
+            return not meta.get("deletionTimestamp") or protected(pv)
+        return plan(pv) is not Step.NOTHING
+
+    def _ours(self, pv: Obj) -> bool:
+        return ((pv.get("metadata") or {}).get("annotations") or {}).get(PROVISIONED_BY_ANNOTATION) == \
+            self.settings.provisioner_name
 
     def _sync_volume(self, name: str) -> bool:
         """Dispose of a released volume's directory and delete the PV; True means retry."""
@@ -384,12 +393,32 @@ class ProvisionController:
             return True
         if not self._volume_wanted(pv):
             return False
+        step = plan(pv)
+        if step in (Step.PROTECT, Step.UNPROTECT):
+            return self._protect(name, step)
         if not (pv.get("spec") or {}).get("claimRef"):
+            if pv["metadata"].get("deletionTimestamp"):
+                # Retracted, and this process (or the one before it) ended before the directory went.
+                return self._dispose_retracted(self._as_released(pv))
             return self._unclaimed(pv)
         class_name = str((pv.get("spec") or {}).get("storageClassName") or "")
         started = self.clock.monotonic()
         retry = self._dispose(pv, class_name)
         return retry if retry is not None else self._remove_object(pv, class_name, started)
+
+    def _protect(self, name: str, step: Step) -> bool:
+        """Add or remove the finalizer (decided again on the object as read); True means retry."""
+        try:
+            changed = set_protection(self.api, name, step, self._ours)
+        except NotFound:
+            return False
+        except ApiError as err:
+            log.warning("volume %s: cannot %s its finalizer %s now: %s", name,
+                        "add" if step is Step.PROTECT else "remove", FINALIZER, err)
+            return True
+        if changed:
+            log.info("volume %s: finalizer %s %s", name, FINALIZER, "added" if step is Step.PROTECT else "removed")
+        return False
 
     def _dispose(self, pv: Obj, class_name: str) -> bool | None:
         """Retain, delete or archive the directory: None when done, else whether to retry."""
@@ -475,12 +504,7 @@ class ProvisionController:
             return True
         meta = pv["metadata"]
         name = str(meta["name"])
-        released = copy.deepcopy(pv)
-        owner = self.provisioner.owner(pv)
-        if owner is not None:  # the release acts for the claim identity its directory was made for
-            released["spec"]["claimRef"] = {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
-                                            "namespace": owner.namespace, "name": owner.name,
-                                            "uid": name[len("pvc-"):] if name.startswith("pvc-") else ""}
+        released = self._as_released(pv)
         with self._lock:
             self._deleted.add(name)
             self._retracted[name] = released
@@ -505,8 +529,21 @@ class ProvisionController:
         self.recorder.event(pv, WARNING, "VolumeRetracted", reason)
         return self._dispose_retracted(released)
 
+    def _as_released(self, pv: Obj) -> Obj:
+        """The PV as its release would see it: the claimRef of the claim identity its directory
+        was made for (the ownership record), which the release acts for."""
+        name = str(pv["metadata"]["name"])
+        released = copy.deepcopy(pv)
+        owner = self.provisioner.owner(pv)
+        if owner is not None:
+            released["spec"]["claimRef"] = {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                                            "namespace": owner.namespace, "name": owner.name,
+                                            "uid": name[len("pvc-"):] if name.startswith("pvc-") else ""}
+        return released
+
     def _dispose_retracted(self, pv: Obj) -> bool:
-        """The directory of a retracted PV, as a release; retried while this process lives."""
+        """The directory of a retracted PV, as a release, then its finalizer: retried while this
+        process lives, and by the next one while the finalizer holds the PV."""
         name = str(pv["metadata"]["name"])
         if not self.may_act():
             return True
@@ -515,6 +552,8 @@ class ProvisionController:
         retry = self._dispose(pv, class_name)
         if retry is not None:
             return retry
+        if not self._release(pv, class_name):
+            return True
         with self._lock:
             self._retracted.pop(name, None)
         self.metrics.delete.labels(class_name).inc()
@@ -522,21 +561,40 @@ class ProvisionController:
         return False
 
     def _remove_object(self, pv: Obj, class_name: str, started: float) -> bool:
+        """Delete the PV object (unless it is being deleted already), then take the finalizer off
+        it: its directory is disposed of. A crash in between leaves it Terminating with the
+        finalizer, Released: the next sync disposes again (the directory is gone: nothing to
+        do) and removes the finalizer."""
         name = str(pv["metadata"]["name"])
         with self._lock:
             self._deleted.add(name)
-        try:
-            self.api.delete(PERSISTENT_VOLUMES, name, uid=pv["metadata"].get("uid"))
-        except (NotFound, Conflict):
-            pass  # already gone, or replaced by a new object of that name that is not ours to touch
-        except ApiError as err:
-            with self._lock:
-                self._deleted.discard(name)
-            self._delete_failed(pv, class_name, f"failed to delete PersistentVolume object: {err}")
+        if not pv["metadata"].get("deletionTimestamp"):
+            try:
+                self.api.delete(PERSISTENT_VOLUMES, name, uid=pv["metadata"].get("uid"))
+            except (NotFound, Conflict):
+                pass  # already gone, or replaced by a new object of that name that is not ours to touch
+            except ApiError as err:
+                if not deletion_landed(self.api, name, str(pv["metadata"].get("uid") or "")):
+                    with self._lock:
+                        self._deleted.discard(name)
+                    self._delete_failed(pv, class_name, f"failed to delete PersistentVolume object: {err}")
+                    return True
+        if not self._release(pv, class_name):
             return True
         self.metrics.delete.labels(class_name).inc()
         self.metrics.delete_duration.labels(class_name).observe(self.clock.monotonic() - started)
         return False
+
+    def _release(self, pv: Obj, class_name: str) -> bool:
+        """Take the finalizer off the PV of this uid (its directory is disposed of); False (with
+        an event) when it cannot be done now."""
+        try:
+            release(self.api, str(pv["metadata"]["name"]), str(pv["metadata"].get("uid") or ""))
+        except ApiError as err:
+            self._delete_failed(pv, class_name, f"the directory is disposed of; the finalizer {FINALIZER} could "
+                                                f"not be removed: {err}")
+            return False
+        return True
 
     def _delete_failed(self, pv: Obj, class_name: str, message: str) -> None:
         self.metrics.delete_failed.labels(class_name).inc()

@@ -7,7 +7,8 @@ of the class is bound to it - with the previous tenant's directory and data. A d
 provisioned NFS PV is never meant to be offered (one PV per claim), so an unclaimed PV of
 ours with reclaim policy Delete is never left on offer: the claimRef is put back while its
 claim exists, otherwise the PV is retracted (deleted with uid and resourceVersion
-preconditions) and its directory disposed of as the release would have. The first test
+preconditions; its finalizer keeps it Terminating, which no claim is bound to, until its
+directory is disposed of as the release would have). The first test
 failed on the controller that acted only on Released PVs: the new claim got the old PV.
 """
 
@@ -38,6 +39,12 @@ def unclaim(cluster: Cluster, pv: Obj) -> None:
     """What the operator runs (through the API, as kubectl would)."""
     KubeApi(connect(cluster.server.url)).patch(PERSISTENT_VOLUMES, pv["metadata"]["name"], REMOVE_CLAIM_REF,
                                                patch_type="json")
+
+
+def withdrawn(cluster: Cluster, name: str) -> bool:
+    """Deleted: gone, or Terminating while its finalizer waits for its directory."""
+    pv = cluster.pv(name)
+    return pv is None or bool(pv["metadata"].get("deletionTimestamp"))
 
 
 def binder(cluster: Cluster) -> PVBinder:
@@ -75,7 +82,7 @@ def test_released_pv_unclaimed_while_its_delete_fails_is_retracted_not_given_to_
 
     unclaim(cluster, old)
     name = old["metadata"]["name"]
-    wait_for(lambda: cluster.pv(name) is None, timeout=5, what="the unclaimed PV retracted")
+    wait_for(lambda: withdrawn(cluster, name), timeout=5, what="the unclaimed PV retracted")
     [retracted] = wait_for(lambda: history(replica, "VolumeRetracted"), what="VolumeRetracted")
     assert retracted.object_name == name and "claimRef was removed" in retracted.message
 
@@ -89,7 +96,7 @@ def test_released_pv_unclaimed_while_its_delete_fails_is_retracted_not_given_to_
     wait_for(lambda: len(history(replica, "VolumeFailedDelete")) > failures, what="the delete is retried")
     subprocess.run(["chattr", "-i", str(directory / "secret")], check=True)
     wait_for(lambda: not directory.exists(), what="the directory deleted as the release would have")
-    assert cluster.pv(name) is None
+    wait_for(lambda: cluster.pv(name) is None, what="the PV gone with it")
     wait_for(lambda: len(records(layout.export)) == 1, what="only the next claim's record is left")
 
 
@@ -165,7 +172,7 @@ def test_retracted_pv_directory_is_archived_once_the_release_can_go_on(cluster: 
     wait_for(lambda: history(replica, "VolumeFailedDelete"), what="the release fails")
 
     unclaim(cluster, old)
-    wait_for(lambda: cluster.pv(old["metadata"]["name"]) is None, timeout=5, what="retracted")
+    wait_for(lambda: withdrawn(cluster, old["metadata"]["name"]), timeout=5, what="retracted")
     failures = len(history(replica, "VolumeFailedDelete"))
     wait_for(lambda: len(history(replica, "VolumeFailedDelete")) > failures, what="the release is retried")
     assert directory.exists()
@@ -174,3 +181,4 @@ def test_retracted_pv_directory_is_archived_once_the_release_can_go_on(cluster: 
     wait_for(archived.exists, what="archived as the release would have")
     assert (archived / "secret").read_text() == "tenant a" and not directory.exists()
     wait_for(lambda: records(layout.export) == [], what="the record dropped")
+    wait_for(lambda: cluster.pv(old["metadata"]["name"]) is None, what="the PV gone once the directory is")

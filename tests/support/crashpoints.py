@@ -26,7 +26,10 @@ Scenarios:
   journal's follow), it is cleaned and offered there, the other disk offered at the old path;
 * ``nfs`` - an NFS claim provisioned (the ownership record, the PV), released with
   ``onDelete: archive`` (the record archived, the PV deleted);
-* ``nfs-delete`` - the same with ``onDelete: delete`` (the directory removed, the PV deleted).
+* ``nfs-delete`` - the same with ``onDelete: delete`` (the directory removed, the PV deleted);
+* ``nfs-pv-first`` - an NFS claim provisioned and written, its PV deleted before it (the
+  finalizer holds the object, the directory is kept while the claim exists), then the claim
+  deleted (the directory removed, the finalizer removed).
 """
 
 from __future__ import annotations
@@ -619,10 +622,49 @@ class NfsDeleteScenario(NfsScenario):
                 and not self.server.list("v1", "PersistentVolume"))
 
 
+class NfsPvFirstScenario(NfsDeleteScenario):
+    """An NFS claim provisioned and written, its PV deleted first (held by the finalizer, the
+    directory kept while the claim is Bound), then the claim deleted with ``onDelete: delete``."""
+
+    name = "nfs-pv-first"
+
+    def steps(self) -> list[tuple[str, Callable[[], bool]]]:
+        return [("the claim Bound", self._bound), ("the tenant's data written", self._write),
+                ("the PV protected", self._protected), ("the PV deleted first", self._delete_pv),
+                ("the claim deleted", self._release), ("its directory deleted, its PV gone", self._archived)]
+
+    def _pv(self) -> Obj:
+        pvc = self.server.get("v1", "PersistentVolumeClaim", "data", "default") or {}
+        return self.server.get("v1", "PersistentVolume", str((pvc.get("spec") or {}).get("volumeName"))) or {}
+
+    def _protected(self) -> bool:
+        return "external-provisioner.volume.kubernetes.io/finalizer" in \
+            (self._pv().get("metadata", {}).get("finalizers") or [])
+
+    def _delete_pv(self) -> bool:
+        name = str(self._pv().get("metadata", {}).get("name") or "")
+        with contextlib.suppress(ApiError):
+            self.server.delete("v1", "PersistentVolume", name)
+        return bool(self._pv().get("metadata", {}).get("deletionTimestamp"))
+
+    written = False
+
+    def _write(self) -> bool:
+        self.written = super()._write()
+        return self.written
+
+    def check(self) -> None:
+        super().check()
+        pvc = self.server.get("v1", "PersistentVolumeClaim", "data", "default")
+        if self.written and pvc is not None and not pvc["metadata"].get("deletionTimestamp") and \
+                self.directory is not None and not (self.directory / "data").exists():
+            raise Violation("lost-data", "the tenant's directory went while its claim exists (its PV deleted first)")
+
+
 SCENARIOS: dict[str, Callable[[], Scenario]] = {"image": ImageScenario, "image-pv-first": ImagePvFirstScenario,
                                                  "volume": VolumeScenario,
                                                  "moved": MovedScenario, "nfs": NfsScenario,
-                                                 "nfs-delete": NfsDeleteScenario}
+                                                 "nfs-delete": NfsDeleteScenario, "nfs-pv-first": NfsPvFirstScenario}
 
 
 #: Crash runs of one scenario at a time: each has its own emulator, daemon, mounts and work dir,
