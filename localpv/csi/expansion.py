@@ -9,6 +9,14 @@ which sets the claim's ``status.capacity`` and drops the condition
 (``FileSystemResizeSuccessful``). The kubelet of 1.20 does the same last step itself; doing
 it here too makes the claim end with its new capacity whoever gets there first.
 
+Where the resize is, the claim's status says as external-resizer writes it (KEP-1790, recovery
+from failed expansion: beta and on by default 1.32, GA 1.34): ``allocatedResources`` the size
+asked for, ``allocatedResourceStatuses`` ``ControllerResizeInProgress`` while the image grows
+(and while it cannot yet: no room is not final), ``ControllerResizeInfeasible`` when it never
+can, ``NodeResizePending`` once only the filesystem is left (a current kubelet calls
+NodeExpandVolume for that; without it only its legacy path did), none once done. An API server
+before those fields drops them.
+
 A Block volume has no filesystem to grow: once its image (and its loop devices, if staged)
 has grown, the claim is finished at once (``VolumeResizeSuccessful``, as external-resizer says
 when no node expansion is required); a NodeExpandVolume the kubelet may still send only finds
@@ -40,6 +48,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RESIZE_PENDING = "FileSystemResizePending"
+#: ``status.allocatedResourceStatuses`` of a claim being resized (KEP-1790).
+CONTROLLER_RESIZE_IN_PROGRESS = "ControllerResizeInProgress"
+CONTROLLER_RESIZE_INFEASIBLE = "ControllerResizeInfeasible"
+NODE_RESIZE_PENDING = "NodeResizePending"
 #: external-resizer's event when no node expansion is required (a Block volume).
 _BLOCK_FINISHED = {"reason": "VolumeResizeSuccessful", "message": "Resize volume succeeded"}
 
@@ -94,6 +106,13 @@ class Expander:
         if record is None or pool is None or record.state is not ImageState.READY:
             return self._failed(claim, f"volume {name} has no ready image recorded on node {c.settings.node_name}",
                                 retry=False)
+        try:
+            self._resize_status(claim, CONTROLLER_RESIZE_IN_PROGRESS)
+        except NotFound:
+            return False
+        except ApiError as err:
+            log.warning("claim %s: the resize status could not be set: %s", rules.claim_key(claim), err)
+            return True
         provisioning = Provisioning(record.provisioning)
         size = rules.image_size(wanted, None if record.block else FsType(record.fs_type))
         state, why = pool.state()
@@ -150,7 +169,18 @@ class Expander:
         conditions.append({"type": RESIZE_PENDING, "status": "True", "lastTransitionTime": _now(),
                            "message": "Waiting for user to (re-)start a pod to finish file system resize of volume "
                                       "on node."})
-        self.c.api.patch(PERSISTENT_VOLUME_CLAIMS, meta["name"], {"status": {"conditions": conditions}},
+        self.c.api.patch(PERSISTENT_VOLUME_CLAIMS, meta["name"],
+                         {"status": {"conditions": conditions,
+                                     "allocatedResourceStatuses": {"storage": NODE_RESIZE_PENDING}}},
+                         meta["namespace"], subresource="status")
+
+    def _resize_status(self, claim: Obj, state: str) -> None:
+        """Say in the claim's status what size is asked for and where its resize is."""
+        meta = claim["metadata"]
+        requested = (((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+        self.c.api.patch(PERSISTENT_VOLUME_CLAIMS, meta["name"],
+                         {"status": {"allocatedResources": {"storage": requested},
+                                     "allocatedResourceStatuses": {"storage": state}}},
                          meta["namespace"], subresource="status")
 
     def _finish(self, claim: Obj, pv: Obj, *, reason: str = "FileSystemResizeSuccessful",
@@ -160,7 +190,8 @@ class Expander:
         conditions = [c for c in (claim.get("status") or {}).get("conditions") or [] if c.get("type") != RESIZE_PENDING]
         try:
             self.c.api.patch(PERSISTENT_VOLUME_CLAIMS, meta["name"],
-                             {"status": {"capacity": {"storage": capacity}, "conditions": conditions or None}},
+                             {"status": {"capacity": {"storage": capacity}, "conditions": conditions or None,
+                                         "allocatedResourceStatuses": {"storage": None}}},
                              meta["namespace"], subresource="status")
         except NotFound:
             return False
@@ -174,6 +205,13 @@ class Expander:
         return False
 
     def _failed(self, claim: Obj, message: str, *, retry: bool) -> bool:
+        """Say it (an event); a failure that retrying cannot mend is also said in the claim's
+        resize status (a retried one leaves it in progress)."""
         self.c.metrics.operations.labels("expand", "failed").inc()
         self.c.recorder.event(claim, WARNING, "VolumeResizeFailed", message)
+        if not retry:
+            try:
+                self._resize_status(claim, CONTROLLER_RESIZE_INFEASIBLE)
+            except ApiError as err:  # NotFound too: a claim gone has nothing to say
+                log.warning("claim %s: the resize status could not be set: %s", rules.claim_key(claim), err)
         return retry

@@ -292,6 +292,73 @@ def test_expansion_past_the_pool_is_refused_with_an_event(env: Env) -> None:
     assert env.pool_env.pool.images.usage(pv["metadata"]["name"]).size == 64 * MiB
 
 
+def test_expansion_records_what_it_allocated_in_the_claims_status_as_external_resizer_does(env: Env) -> None:
+    """KEP-1790 (recovery from failed expansion; beta and on 1.32, GA 1.34): the resizer records
+    the size it is growing to in ``status.allocatedResources`` and where it is in
+    ``status.allocatedResourceStatuses``: ControllerResizeInProgress, then NodeResizePending,
+    which a current kubelet needs to call NodeExpandVolume (without it, only its legacy path
+    does), and none once done. Before, neither was ever set."""
+    controller = env.start()
+    env.claim("data", size="64Mi")
+    pv = wait_for(lambda: env.bound_pv("data"), what="the claim to be Bound")
+    volume = pv["metadata"]["name"]
+    claim_now = env.pvc("data")
+    claim_now["spec"]["resources"]["requests"]["storage"] = "100M"  # not whole MiB: the image is 96Mi
+    env.server.update(claim_now)
+
+    def resize_status() -> str | None:
+        return ((env.pvc("data").get("status") or {}).get("allocatedResourceStatuses") or {}).get("storage")
+
+    wait_for(lambda: resize_status() == "NodeResizePending", what="NodeResizePending")
+    assert env.pvc("data")["status"]["allocatedResources"] == {"storage": "100M"}, "what was asked, as the resizer"
+    assert (env.server.get("v1", "PersistentVolume", volume) or {})["spec"]["capacity"]["storage"] == "96Mi"
+    controller.expander.filesystem_grown(volume, 96 * MiB)
+    wait_for(lambda: not env.pvc("data")["status"].get("conditions"), what="the resize condition to go")
+    assert resize_status() is None
+    assert env.pvc("data")["status"]["allocatedResources"] == {"storage": "100M"}
+
+
+def test_an_expansion_that_does_not_fit_yet_stays_in_progress_at_what_was_asked(env: Env) -> None:
+    """No room in the pool is not final (room may come; with KEP-1790 the user may also ask for
+    less, and each attempt grows to what the claim asks then): the claim says
+    ControllerResizeInProgress, as external-resizer leaves it on a retryable error, never
+    NodeResizePending. (Lowering a request is not tried here: the emulator answers as 1.31,
+    whose API server refuses it.)"""
+    env.start()
+    env.claim("data", size="64Mi")
+    wait_for(lambda: env.bound_pv("data"), what="the claim to be Bound")
+    claim_now = env.pvc("data")
+    claim_now["spec"]["resources"]["requests"]["storage"] = "4Gi"
+    env.server.update(claim_now)
+    wait_for(lambda: any(r == "VolumeResizeFailed" for r, _ in env.reasons("data")), what="the refusal")
+    status = env.pvc("data")["status"]
+    assert status.get("allocatedResources") == {"storage": "4Gi"}
+    assert status.get("allocatedResourceStatuses") == {"storage": "ControllerResizeInProgress"}
+
+
+def test_an_expansion_that_never_can_be_done_is_infeasible(env: Env) -> None:
+    """The class stopped allowing expansion after the claim asked (a current API server refuses
+    the request before that): retrying cannot mend it, and the claim says
+    ControllerResizeInfeasible, as external-resizer says of a final error."""
+    env.start()
+    env.claim("data", size="64Mi")
+    wait_for(lambda: env.bound_pv("data"), what="the claim to be Bound")
+    sc = env.server.get("storage.k8s.io/v1", "StorageClass", CLASS)
+    assert sc is not None
+    sc["allowVolumeExpansion"] = False
+    env.server.update(sc)
+    wait_for(lambda: env.controller is not None and
+             not (env.controller.classes.get(CLASS) or {}).get("allowVolumeExpansion"), what="the class seen")
+    claim_now = env.pvc("data")
+    claim_now["spec"]["resources"]["requests"]["storage"] = "128Mi"
+    env.server.update(claim_now)
+    wait_for(lambda: ((env.pvc("data").get("status") or {}).get("allocatedResourceStatuses") or {}).get("storage")
+             == "ControllerResizeInfeasible", what="ControllerResizeInfeasible")
+    assert env.pvc("data")["status"]["allocatedResources"] == {"storage": "128Mi"}
+    wait_for(lambda: any(r == "VolumeResizeFailed" and "does not allow expansion" in m for r, m in env.reasons("data")),
+             what="the event")
+
+
 def test_pool_config_default_is_a_mount_requirement(tmp_path: Path) -> None:
     assert Pool(PoolConfig("p", str(tmp_path), str(tmp_path))).config.require_mount is True
 

@@ -76,6 +76,8 @@ def test_a_block_volume_grows_and_its_claim_is_finished_without_a_node_step(env:
     assert env.server.get("v1", "PersistentVolume", volume)["spec"]["capacity"]["storage"] == "24Mi"  # type: ignore[index]
     assert env.pvc("raw")["status"]["capacity"]["storage"] == "24Mi"
     assert not env.pvc("raw")["status"].get("conditions"), "no FileSystemResizePending: no filesystem"
+    assert env.pvc("raw")["status"].get("allocatedResources") == {"storage": "24Mi"}
+    assert not env.pvc("raw")["status"].get("allocatedResourceStatuses"), "done: no resize in progress"
     assert "FileSystemResizeRequired" not in [r for r, _ in env.reasons("raw")]
 
 
