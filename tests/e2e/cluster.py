@@ -184,9 +184,15 @@ class Cluster:
         return self._client
 
     def pod_log(self, name: str, namespace: str, container: str | None = None) -> str:
+        """The pod's log. A kubelet that cannot open the log file answers 200 with its error as
+        the text (1.20: "failed to try resolving symlinks in path ..."): that is raised, never
+        returned, or a check that the log holds no refused request would pass on it."""
         from kubernetes import client
 
-        return str(client.CoreV1Api(self.client).read_namespaced_pod_log(name, namespace, container=container))
+        text = str(client.CoreV1Api(self.client).read_namespaced_pod_log(name, namespace, container=container))
+        if _UNREADABLE_LOG.match(text):
+            raise AssertionError(f"the log of pod {namespace}/{name} could not be read: {text.strip()}")
+        return text
 
     def exec(self, pod: str, namespace: str, command: list[str]) -> str:
         """Run a command in a pod (kubectl exec); its stdout and stderr."""
@@ -331,6 +337,10 @@ class Cluster:
 
 _LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")
 _REFUSED = re.compile(r"\b403\b|forbidden", re.IGNORECASE)
+
+
+#: The text a kubelet answers instead of a log whose file is gone.
+_UNREADABLE_LOG = re.compile(r"failed to try resolving symlinks in path \"/var/log/pods/")
 
 
 def forbidden_in_log(text: str) -> list[str]:
