@@ -253,12 +253,15 @@ def setup(release_factory: Callable[..., Release], cluster: Cluster) -> Iterator
                 continue
             with contextlib.suppress(AssertionError):
                 cluster.delete_and_wait(PODS, pod["metadata"]["name"], ns, timeout=90)
-        # Rolled back, the previous agent never removes the deletion protection finalizer this
-        # checkout's agent put on its PVs (issue 26.2c): a PV released then stays Terminating
-        # for good. docs/operations.md's step, for every PV of the driver.
+        # Rolled back, the previous agent and NFS provisioner never remove the deletion
+        # protection finalizer this checkout's put on their PVs (issue 26.2c): a PV released then
+        # stays Terminating for good. docs/operations.md's step, for every PV of the driver and
+        # of the NFS provisioner.
+        nfs_provisioner = f"e2e.localpv.dev/{s.nfs_class}"
         for pv in cluster.list(PERSISTENT_VOLUMES):
-            if (pv["spec"].get("csi") or {}).get("driver") == DRIVER and EXTERNAL_PROVISIONER_FINALIZER in (
-                    pv["metadata"].get("finalizers") or []):
+            ours = (pv["spec"].get("csi") or {}).get("driver") == DRIVER or \
+                (pv["metadata"].get("annotations") or {}).get("pv.kubernetes.io/provisioned-by") == nfs_provisioner
+            if ours and EXTERNAL_PROVISIONER_FINALIZER in (pv["metadata"].get("finalizers") or []):
                 unprotect = {"metadata": {"$deleteFromPrimitiveList/finalizers": [EXTERNAL_PROVISIONER_FINALIZER]}}
                 cluster.api.patch(PERSISTENT_VOLUMES, pv["metadata"]["name"], unprotect, patch_type="strategic")
         for pvc in cluster.list(PERSISTENT_VOLUME_CLAIMS, ns):
