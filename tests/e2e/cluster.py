@@ -274,6 +274,18 @@ class Cluster:
         phase = wait_for(ended, timeout, f"pod {namespace}/{name} to finish")
         return phase, self.pod_log(name, namespace)
 
+    def delete_workload_pods(self, namespace: str, timeout: float = 90) -> None:
+        """Delete every pod of the namespace but the release's own (those with an
+        ``app.kubernetes.io/component`` label: agents, provisioners; a fixture's teardown needs
+        them running to release volumes), all at once, and wait until they are gone."""
+        def workload() -> list[str]:
+            return [str(p["metadata"]["name"]) for p in self.list(PODS, namespace)
+                    if not (p["metadata"].get("labels") or {}).get("app.kubernetes.io/component")]
+
+        for name in workload():
+            self.delete(PODS, name, namespace)
+        wait_for(lambda: not workload() or None, timeout, f"the workload pods of {namespace} to be gone")
+
     def delete_and_wait(self, res: Resource, name: str, namespace: str | None = None, timeout: float = 60) -> None:
         self.delete(res, name, namespace)
         wait_for(lambda: self.get(res, name, namespace) is None, timeout, f"{res.kind} {name} to be gone")

@@ -91,9 +91,8 @@ def dyn(release_factory: Callable[..., Release], cluster: Cluster) -> Iterator[D
         # While the agent still runs: pods go (volumes unpublished, unstaged), claims go, the
         # agent removes images and PVs; whatever is left is removed by hand.
         ns, classes = rel.namespace, dynamic.classes
-        for pod in cluster.list(PODS, ns):
-            with contextlib.suppress(AssertionError):
-                cluster.delete_and_wait(PODS, pod["metadata"]["name"], ns, timeout=90)
+        with contextlib.suppress(AssertionError):
+            cluster.delete_workload_pods(ns)
         for pvc in cluster.list(PERSISTENT_VOLUME_CLAIMS, ns):
             cluster.delete(PERSISTENT_VOLUME_CLAIMS, pvc["metadata"]["name"], ns)
 

@@ -140,10 +140,8 @@ def fleet(release_factory: Callable[..., Release], cluster: Cluster, second: Obj
         yield Fleet(rel, thin_class, disks[0][0], disks[-1][0])
     finally:
         ns = rel.namespace
-        for pod in cluster.list(PODS, ns):
-            if (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component") != "agent":
-                with contextlib.suppress(AssertionError):
-                    cluster.delete_and_wait(PODS, pod["metadata"]["name"], ns, timeout=90)
+        with contextlib.suppress(AssertionError):
+            cluster.delete_workload_pods(ns)
         for pvc in cluster.list(PERSISTENT_VOLUME_CLAIMS, ns):
             cluster.delete(PERSISTENT_VOLUME_CLAIMS, pvc["metadata"]["name"], ns)
 

@@ -248,11 +248,8 @@ def setup(release_factory: Callable[..., Release], cluster: Cluster) -> Iterator
         for pid in s.frozen:
             if _cleaner_of(rel.host.disks / "vol3") == pid or _cleaner_of(rel.host.disks / "vol4") == pid:
                 os.kill(pid, signal.SIGCONT)
-        for pod in cluster.list(PODS, ns):
-            if (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component"):
-                continue
-            with contextlib.suppress(AssertionError):
-                cluster.delete_and_wait(PODS, pod["metadata"]["name"], ns, timeout=90)
+        with contextlib.suppress(AssertionError):
+            cluster.delete_workload_pods(ns)
         # Rolled back, the previous agent and NFS provisioner never remove the deletion
         # protection finalizer this checkout's put on their PVs (issue 26.2c): a PV released then
         # stays Terminating for good. docs/operations.md's step, for every PV of the driver and
