@@ -71,7 +71,7 @@ class Deleter:
             return False
         step = plan(pv)
         if step in (Step.PROTECT, Step.UNPROTECT):
-            return self._protect(name, step)
+            return set_protection(c.api, name, step, lambda current: rules.is_ours(current, c.driver))
         if step is not Step.DELETE:
             return False
         try:
@@ -81,20 +81,6 @@ class Deleter:
         if not rules.is_ours(pv, c.driver) or plan(pv) is not Step.DELETE:
             return False
         return self.delete(pv)
-
-    def _protect(self, name: str, step: Step) -> bool:
-        """Add or remove the finalizer, decided again on the object as read."""
-        try:
-            changed = set_protection(self.c.api, name, step, lambda current: rules.is_ours(current, self.c.driver))
-        except NotFound:
-            return False
-        except ApiError as err:
-            log.warning("volume %s: cannot %s its finalizer %s now: %s", name,
-                        "add" if step is Step.PROTECT else "remove", FINALIZER, err)
-            return True
-        if changed:
-            log.info("volume %s: finalizer %s %s", name, FINALIZER, "added" if step is Step.PROTECT else "removed")
-        return False
 
     def delete(self, pv: Obj) -> bool:
         """The image, the PV object, the finalizer, the record - each step done at most once

@@ -13,6 +13,7 @@ is theirs.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from enum import Enum
 
@@ -22,6 +23,8 @@ from localpv.kube.finalizers import EXTERNAL_PROVISIONER_FINALIZER as FINALIZER
 from localpv.kube.finalizers import patch_finalizers
 from localpv.kube.objects import Obj
 from localpv.kube.resources import PERSISTENT_VOLUMES
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FINALIZER", "Step", "deletion_landed", "plan", "protected", "release", "set_protection"]
 
@@ -62,14 +65,25 @@ def plan(pv: Obj) -> Step:
 def set_protection(api: KubeApi, name: str, step: Step, ours: Callable[[Obj], bool]) -> bool:
     """Add (``PROTECT``) or remove (``UNPROTECT``) the finalizer of PV ``name``, decided again
     on the object as read: nothing is written unless ``ours`` still holds and :func:`plan` still
-    says ``step``. True when the list changed; NotFound and API errors propagate."""
+    says ``step``. True means "retry later" (the write failed; said in the log); a PV gone needs
+    nothing."""
     def wanted(current: Obj) -> list[str] | None:
         if not ours(current) or plan(current) is not step:
             return None
         kept = [f for f in current["metadata"].get("finalizers") or [] if f != FINALIZER]
         return [*kept, FINALIZER] if step is Step.PROTECT else kept
 
-    return patch_finalizers(api, PERSISTENT_VOLUMES, name, wanted)
+    try:
+        changed = patch_finalizers(api, PERSISTENT_VOLUMES, name, wanted)
+    except NotFound:
+        return False
+    except ApiError as err:
+        log.warning("volume %s: cannot %s its finalizer %s now: %s", name,
+                    "add" if step is Step.PROTECT else "remove", FINALIZER, err)
+        return True
+    if changed:
+        log.info("volume %s: finalizer %s %s", name, FINALIZER, "added" if step is Step.PROTECT else "removed")
+    return False
 
 
 def release(api: KubeApi, name: str, uid: str) -> None:

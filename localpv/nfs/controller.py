@@ -395,7 +395,7 @@ class ProvisionController:
             return False
         step = plan(pv)
         if step in (Step.PROTECT, Step.UNPROTECT):
-            return self._protect(name, step)
+            return set_protection(self.api, name, step, self._ours)
         if not (pv.get("spec") or {}).get("claimRef"):
             if pv["metadata"].get("deletionTimestamp"):
                 # Retracted, and this process (or the one before it) ended before the directory went.
@@ -405,20 +405,6 @@ class ProvisionController:
         started = self.clock.monotonic()
         retry = self._dispose(pv, class_name)
         return retry if retry is not None else self._remove_object(pv, class_name, started)
-
-    def _protect(self, name: str, step: Step) -> bool:
-        """Add or remove the finalizer (decided again on the object as read); True means retry."""
-        try:
-            changed = set_protection(self.api, name, step, self._ours)
-        except NotFound:
-            return False
-        except ApiError as err:
-            log.warning("volume %s: cannot %s its finalizer %s now: %s", name,
-                        "add" if step is Step.PROTECT else "remove", FINALIZER, err)
-            return True
-        if changed:
-            log.info("volume %s: finalizer %s %s", name, FINALIZER, "added" if step is Step.PROTECT else "removed")
-        return False
 
     def _dispose(self, pv: Obj, class_name: str) -> bool | None:
         """Retain, delete or archive the directory: None when done, else whether to retry."""
