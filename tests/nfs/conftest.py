@@ -200,6 +200,11 @@ class Replicas:
         self.running.append(replica)
         return replica
 
+    def stop(self, replica: NfsReplica) -> None:
+        """Stop one replica now (as a crash or a rollout would take it away)."""
+        replica.stop()
+        self.running.remove(replica)
+
     def stop_all(self) -> None:
         for replica in self.running:
             replica.stop()

@@ -87,8 +87,7 @@ def test_a_bound_pv_of_an_earlier_release_gets_the_finalizer_and_loses_it_with_r
     first = replicas.start()
     pv = wait_for(lambda: cluster.bound_pv("web"), what="claim bound")
     name = pv["metadata"]["name"]
-    first.stop()
-    replicas.running.remove(first)
+    replicas.stop(first)
     api = KubeApi(connect(cluster.server.url))
     api.patch(PERSISTENT_VOLUMES, name, {"metadata": {"finalizers": None}})  # as an earlier release made it
     assert finalizers(cluster.pv(name)) == []
@@ -115,8 +114,7 @@ def test_a_restart_while_the_pv_waits_deleted_finishes_the_release(cluster: Clus
     first = replicas.start()
     pv = wait_for(lambda: cluster.bound_pv("web"), what="claim bound")
     name = pv["metadata"]["name"]
-    first.stop()
-    replicas.running.remove(first)
+    replicas.stop(first)
     cluster.server.delete("v1", "PersistentVolume", name)
     cluster.delete_claim("web")
     wait_for(lambda: (cluster.pv(name) or {}).get("status", {}).get("phase") == "Released", what="Released")
@@ -135,8 +133,7 @@ def test_the_documented_rollback_command_removes_only_this_finalizer_of_only_the
     cluster.claim("web")
     replica = replicas.start()
     pv = wait_for(lambda: cluster.bound_pv("web"), what="claim bound")
-    replica.stop()
-    replicas.running.remove(replica)
+    replicas.stop(replica)
     pv["metadata"]["finalizers"] = ["kubernetes.io/pv-protection", FINALIZER]
     cluster.server.update(pv)
     other = cluster.server.create({
