@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from localpv.clock import Clock, SystemClock
 from localpv.config import ProvisionerConfig
-from localpv.csi import claimlabels, deletion
+from localpv.csi import claimlabels
 from localpv.csi import provisioner as rules
 from localpv.csi.claimlabels import ANN_SELECTED_NODE
 from localpv.csi.deletion import Deleter
@@ -44,6 +44,7 @@ from localpv.csi.ledger import Ledger
 from localpv.csi.metrics import DynamicMetrics
 from localpv.csi.pools import Pool, PoolState
 from localpv.csi.volume import PROVISIONING
+from localpv.kube import pvprotection
 from localpv.kube.api import KubeApi
 from localpv.kube.errors import AlreadyExists, ApiError, NotFound
 from localpv.kube.events import NORMAL, WARNING, EventRecorder
@@ -457,7 +458,7 @@ class DynamicController:
             pv = None
         # A PV being deleted is still this image's while the finalizer holds it for the release.
         mine = pv is not None and rules.is_ours(pv, self.driver) and (
-            not pv["metadata"].get("deletionTimestamp") or deletion.protected(pv))
+            not pv["metadata"].get("deletionTimestamp") or pvprotection.protected(pv))
         spec = (pv or {}).get("spec") or {}
         attributes = (spec.get("csi") or {}).get("volumeAttributes") or {}
         ref = spec.get("claimRef") or {}

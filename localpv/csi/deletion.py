@@ -46,7 +46,7 @@ from localpv.csi.volume import POOL
 from localpv.kube.errors import ApiError, Conflict, NotFound
 from localpv.kube.events import WARNING
 from localpv.kube.objects import Obj
-from localpv.kube.pvprotection import FINALIZER, Step, deletion_landed, plan, protected, release, set_protection
+from localpv.kube.pvprotection import FINALIZER, Step, deletion_landed, plan, release, set_protection
 from localpv.kube.resources import PERSISTENT_VOLUMES
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FINALIZER", "Deleter", "Step", "plan", "protected"]
+__all__ = ["Deleter"]
 
 
 class Deleter:
