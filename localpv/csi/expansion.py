@@ -175,9 +175,14 @@ class Expander:
                          meta["namespace"], subresource="status")
 
     def _resize_status(self, claim: Obj, state: str) -> None:
-        """Say in the claim's status what size is asked for and where its resize is."""
+        """Say in the claim's status what size is asked for and where its resize is (nothing is
+        written when it says so already: a growth retried while the pool has no room)."""
         meta = claim["metadata"]
         requested = (((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+        status = claim.get("status") or {}
+        if (status.get("allocatedResources") or {}).get("storage") == requested and \
+                (status.get("allocatedResourceStatuses") or {}).get("storage") == state:
+            return
         self.c.api.patch(PERSISTENT_VOLUME_CLAIMS, meta["name"],
                          {"status": {"allocatedResources": {"storage": requested},
                                      "allocatedResourceStatuses": {"storage": state}}},
